@@ -1,0 +1,150 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func fakeProbes(env string, hasRedisServer bool, dockerErr error) probes {
+	return probes{
+		getenv: func(k string) string {
+			if k == "REDIS_ADDR" {
+				return env
+			}
+			return ""
+		},
+		lookPath: func(string) (string, error) {
+			if hasRedisServer {
+				return "/usr/bin/redis-server", nil
+			}
+			return "", exec.ErrNotFound
+		},
+		docker: func() error { return dockerErr },
+	}
+}
+
+func TestChooseOrder(t *testing.T) {
+	noDocker := errors.New("Cannot connect to the Docker daemon")
+	tests := []struct {
+		name      string
+		env       string
+		server    bool
+		dockerErr error
+		owned     bool
+		want      backend
+	}{
+		{"REDIS_ADDR wins", "10.0.0.1:6379", true, nil, false, backendShared},
+		{"owned ignores REDIS_ADDR", "10.0.0.1:6379", true, nil, true, backendProcess},
+		{"redis-server before docker", "", true, nil, false, backendProcess},
+		{"docker last", "", false, nil, false, backendContainer},
+		{"owned falls to docker", "10.0.0.1:6379", false, nil, true, backendContainer},
+		{"process even when docker is down", "", true, noDocker, false, backendProcess},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := choose(fakeProbes(tt.env, tt.server, tt.dockerErr), tt.owned)
+			if err != nil {
+				t.Fatalf("choose: %v", err)
+			}
+			if got != tt.want {
+				t.Fatalf("choose = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestChooseNothingNamesEveryWay(t *testing.T) {
+	_, err := choose(fakeProbes("", false, errors.New("dial unix /var/run/docker.sock: no such file")), false)
+	if err == nil {
+		t.Fatal("choose found a backend where there is none")
+	}
+	for _, want := range []string{"REDIS_ADDR", "redis-server", "apt-get install redis-server", "Docker", "docker.sock"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+}
+
+// TestDockerProbeAnswers runs the real probe: on this machine it must answer
+// (yes or no) within its timeout and never panic.
+func TestDockerProbeAnswers(t *testing.T) {
+	start := time.Now()
+	err := dockerAnswers()
+	t.Logf("docker probe: %v (after %v)", err, time.Since(start).Round(time.Millisecond))
+	if time.Since(start) > 10*time.Second {
+		t.Fatalf("docker probe took %v", time.Since(start))
+	}
+}
+
+func TestStartServesAndCleansUp(t *testing.T) {
+	s := Start(t)
+	c := s.Client()
+	ctx := context.Background()
+	if err := c.Set(ctx, s.Key("k"), "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Get(ctx, s.Key("k")).Val(); got != "v" {
+		t.Fatalf("GET = %q", got)
+	}
+}
+
+func TestOwnedServerControl(t *testing.T) {
+	s := StartOwned(t)
+	c := s.Client()
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Addr()
+
+	s.Pause()
+	pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := c.Ping(pctx).Err()
+	cancel()
+	if err == nil {
+		t.Fatal("PING answered while the server was paused")
+	}
+	s.Resume()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Resume: %v", err)
+	}
+
+	s.Stop()
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING answered after Stop")
+	}
+	s.Restart()
+	if s.Addr() != addr {
+		t.Fatalf("Restart moved the server from %s to %s", addr, s.Addr())
+	}
+	n, err := c.Exists(ctx, "k").Result()
+	if err != nil {
+		t.Fatalf("EXISTS after Restart: %v", err)
+	}
+	if n != 0 {
+		t.Fatal("data survived Restart")
+	}
+}
+
+func TestStartNIndependent(t *testing.T) {
+	servers := StartN(t, 3)
+	seen := map[string]bool{}
+	for i, s := range servers {
+		if seen[s.Addr()] {
+			t.Fatalf("server %d shares address %s", i, s.Addr())
+		}
+		seen[s.Addr()] = true
+		if err := s.Client().Set(context.Background(), "who", i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, s := range servers {
+		if got, _ := s.Client().Get(context.Background(), "who").Int(); got != i {
+			t.Fatalf("server %d holds who=%d", i, got)
+		}
+	}
+}
