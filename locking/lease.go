@@ -1,0 +1,235 @@
+package locking
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// releaseTimeout bounds Release, which runs on a context detached from the
+// caller's: a shutdown that has already cancelled the caller's context must
+// still be able to release.
+const releaseTimeout = 5 * time.Second
+
+// Lease is ownership of one key, proven by a random token that only this
+// Lease knows.
+//
+// A lease can be lost at any moment: the key can expire during a pause of this
+// process, a Redis failover can drop it, or an operator can delete it. Done and
+// Context report loss as soon as ownership can no longer be proven; work that
+// must not run twice should also pass Fence to the systems it writes to.
+//
+// A Lease is safe for concurrent use.
+type Lease struct {
+	c       *Client
+	key     string
+	token   string
+	fence   int64
+	channel string
+	v       *validity
+
+	mu        sync.Mutex
+	ttl       time.Duration
+	released  bool
+	watching  bool
+	stopWatch chan struct{}
+	watchDone chan struct{}
+
+	releaseOnce sync.Once
+	releaseErr  error
+}
+
+func newLease(c *Client, key, token string, fence int64, ttl time.Duration, sentAt time.Time, parent context.Context) *Lease {
+	return &Lease{
+		c:         c,
+		key:       key,
+		token:     token,
+		fence:     fence,
+		channel:   releaseChannel(key),
+		v:         newValidity(parent, sentAt, ttl),
+		ttl:       ttl,
+		stopWatch: make(chan struct{}),
+		watchDone: make(chan struct{}),
+	}
+}
+
+// Key returns the locked key.
+func (l *Lease) Key() string { return l.key }
+
+// Token returns the lease's token: 128 random bits, base64url-encoded.
+func (l *Lease) Token() string { return l.token }
+
+// Fence returns the fencing token: a number that grows with every lease taken
+// on this key with WithFencing. It is 0 without WithFencing.
+func (l *Lease) Fence() int64 { return l.fence }
+
+// Done returns a channel that is closed when the lease ends: when it is
+// released, or when ownership can no longer be proven (see Context).
+func (l *Lease) Done() <-chan struct{} { return l.v.ctx.Done() }
+
+// Context returns a context that is cancelled when the lease ends. After a loss,
+// context.Cause returns an error that wraps ErrLeaseLost and says why; after
+// Release it returns context.Canceled. The context carries the values of the
+// context given to Obtain or Lock, but not its cancellation.
+func (l *Lease) Context() context.Context { return l.v.ctx }
+
+// Deadline returns the local time until which ownership is proven: the last
+// confirmed (re)set of the TTL, less a clock-drift margin.
+func (l *Lease) Deadline() time.Time { return l.v.deadline() }
+
+// TTL asks Redis for the key's remaining time to live. It returns ErrNotHeld if
+// the key no longer holds this lease's token. One round trip.
+func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	ms, err := pttlScript.Run(ctx, l.c.rdb, []string{l.key}, l.token).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("locking: TTL of %q: %w", l.key, err)
+	}
+	if ms == -3 {
+		return 0, ErrNotHeld
+	}
+	if ms < 0 {
+		return 0, fmt.Errorf("locking: TTL of %q: key holds the token but has no expiry (PTTL %d)", l.key, ms)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// Extend sets the key's TTL to ttl, if the key still holds this lease's token,
+// and makes ttl the period the watchdog renews for. It returns ErrNotHeld, and
+// ends the lease as lost, when the token check fails. One round trip; it blocks
+// until Redis answers or ctx ends.
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if err := checkTTL("Extend", ttl); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released || l.v.ctx.Err() != nil {
+		return ErrNotHeld
+	}
+	ok, err := l.extend(ctx, ttl)
+	if err != nil {
+		return fmt.Errorf("locking: Extend %q: %w", l.key, err)
+	}
+	if !ok {
+		return ErrNotHeld
+	}
+	l.mu.Lock()
+	l.ttl = ttl
+	l.mu.Unlock()
+	return nil
+}
+
+// extend runs the token-checked PEXPIRE and updates the validity: ok is true
+// when Redis confirmed; a failed token check ends the lease as lost.
+func (l *Lease) extend(ctx context.Context, ttl time.Duration) (ok bool, err error) {
+	sent := time.Now()
+	n, err := extendScript.Run(ctx, l.c.rdb, []string{l.key}, l.token, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return false, err
+	}
+	if n != 1 {
+		l.v.end(lostTo("the key no longer holds this token"))
+		return false, nil
+	}
+	l.v.extend(sent, ttl)
+	return true, nil
+}
+
+// KeepAlive starts the watchdog if it is not running: one goroutine that renews
+// the key every TTL/3 until Release or loss. A failed token check ends the
+// lease at once; a network error is retried until the TTL would have run out.
+// It returns ErrNotHeld after Release and the loss cause after a loss.
+func (l *Lease) KeepAlive() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return ErrNotHeld
+	}
+	if err := context.Cause(l.v.ctx); err != nil {
+		return err
+	}
+	if !l.watching {
+		l.watching = true
+		go l.watch()
+	}
+	return nil
+}
+
+func (l *Lease) watch() {
+	defer close(l.watchDone)
+	timer := time.NewTimer(l.renewPeriod())
+	defer timer.Stop()
+	for {
+		select {
+		case <-l.stopWatch:
+			return
+		case <-l.v.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		l.mu.Lock()
+		ttl := l.ttl
+		l.mu.Unlock()
+		// The call may not outlive the proof of ownership it tries to extend.
+		ctx, cancel := context.WithDeadline(context.Background(), l.v.deadline())
+		ok, err := l.extend(ctx, ttl)
+		cancel()
+		switch {
+		case err != nil:
+			l.v.failed(err)
+			timer.Reset(retryDelay(ttl))
+		case ok:
+			timer.Reset(l.renewPeriod())
+		default:
+			return // lost; extend has ended the lease
+		}
+	}
+}
+
+func (l *Lease) renewPeriod() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl / 3
+}
+
+// retryDelay is the pause before retrying a renewal that failed on the network:
+// a tenth of the TTL, with jitter, so that several retries fit before it runs out.
+func retryDelay(ttl time.Duration) time.Duration {
+	d := ttl / 10
+	return d/2 + rand.N(d/2+1)
+}
+
+// Release deletes the key if it still holds this lease's token, publishes a
+// release message that wakes Lock callers, stops the watchdog and ends the
+// lease. It runs on a context detached from ctx (keeping its values) and bounded
+// by 5s, so it works during shutdown. It returns ErrNotHeld if the key no longer
+// held the token. Release is idempotent: later calls return the first result.
+func (l *Lease) Release(ctx context.Context) error {
+	l.releaseOnce.Do(func() {
+		l.mu.Lock()
+		l.released = true
+		watching := l.watching
+		l.mu.Unlock()
+		close(l.stopWatch)
+		if watching {
+			<-l.watchDone
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		n, err := releaseScript.Run(rctx, l.c.rdb, []string{l.key}, l.token, l.channel).Int64()
+		switch {
+		case err != nil:
+			l.releaseErr = fmt.Errorf("locking: Release %q: %w", l.key, err)
+			l.v.end(nil)
+		case n != 1:
+			l.releaseErr = ErrNotHeld
+			l.v.end(lostTo("the key no longer held this token at release"))
+		default:
+			l.v.end(nil)
+		}
+	})
+	return l.releaseErr
+}
