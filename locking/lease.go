@@ -23,12 +23,11 @@ const releaseTimeout = 5 * time.Second
 //
 // A Lease is safe for concurrent use.
 type Lease struct {
-	c       *Client
-	key     string
-	token   string
-	fence   int64
-	channel string
-	v       *validity
+	key   string
+	token string
+	fence int64
+	hold  hold
+	v     *validity
 
 	mu        sync.Mutex
 	ttl       time.Duration
@@ -41,13 +40,24 @@ type Lease struct {
 	releaseErr  error
 }
 
-func newLease(c *Client, key, token string, fence int64, ttl time.Duration, sentAt time.Time, parent context.Context) *Lease {
+// hold is how one kind of lock checks and changes a hold in Redis. Every
+// method compares the hold's token (or owner) inside a script.
+type hold interface {
+	// extend sets the hold's TTL; false means the token no longer holds it.
+	extend(ctx context.Context, ttl time.Duration) (bool, error)
+	// release gives the hold up; false means the token no longer held it.
+	release(ctx context.Context) (bool, error)
+	// pttl is the hold's remaining TTL in ms: -1 for none, -3 when not held.
+	pttl(ctx context.Context) (int64, error)
+}
+
+// newLease returns a lease whose ownership was proven by a request sent at sentAt.
+func newLease(h hold, key, token string, fence int64, ttl time.Duration, sentAt time.Time, parent context.Context) *Lease {
 	return &Lease{
-		c:         c,
 		key:       key,
 		token:     token,
 		fence:     fence,
-		channel:   releaseChannel(key),
+		hold:      h,
 		v:         newValidity(parent, sentAt, ttl),
 		ttl:       ttl,
 		stopWatch: make(chan struct{}),
@@ -58,7 +68,8 @@ func newLease(c *Client, key, token string, fence int64, ttl time.Duration, sent
 // Key returns the locked key.
 func (l *Lease) Key() string { return l.key }
 
-// Token returns the lease's token: 128 random bits, base64url-encoded.
+// Token returns the lease's token: 128 random bits, base64url-encoded; for a
+// reentrant hold, the owner ID.
 func (l *Lease) Token() string { return l.token }
 
 // Fence returns the fencing token: a number that grows with every lease taken
@@ -82,7 +93,7 @@ func (l *Lease) Deadline() time.Time { return l.v.deadline() }
 // TTL asks Redis for the key's remaining time to live. It returns ErrNotHeld if
 // the key no longer holds this lease's token. One round trip.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
-	ms, err := pttlScript.Run(ctx, l.c.rdb, []string{l.key}, l.token).Int64()
+	ms, err := l.hold.pttl(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("locking: TTL of %q: %w", l.key, err)
 	}
@@ -126,11 +137,11 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // when Redis confirmed; a failed token check ends the lease as lost.
 func (l *Lease) extend(ctx context.Context, ttl time.Duration) (ok bool, err error) {
 	sent := time.Now()
-	n, err := extendScript.Run(ctx, l.c.rdb, []string{l.key}, l.token, ttl.Milliseconds()).Int64()
+	ok, err = l.hold.extend(ctx, ttl)
 	if err != nil {
 		return false, err
 	}
-	if n != 1 {
+	if !ok {
 		l.v.end(lostTo("the key no longer holds this token"))
 		return false, nil
 	}
@@ -202,9 +213,9 @@ func retryDelay(ttl time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// Release deletes the key if it still holds this lease's token, publishes a
-// release message that wakes Lock callers, stops the watchdog and ends the
-// lease. It runs on a context detached from ctx (keeping its values) and bounded
+// Release gives the hold up if the key still holds this lease's token
+// (deleting the key, or decrementing a reentrant count), publishes a release
+// message that wakes waiting callers, stops the watchdog and ends the lease. It runs on a context detached from ctx (keeping its values) and bounded
 // by 5s, so it works during shutdown. It returns ErrNotHeld if the key no longer
 // held the token. Release is idempotent: later calls return the first result.
 func (l *Lease) Release(ctx context.Context) error {
@@ -219,12 +230,12 @@ func (l *Lease) Release(ctx context.Context) error {
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
-		n, err := releaseScript.Run(rctx, l.c.rdb, []string{l.key}, l.token, l.channel).Int64()
+		ok, err := l.hold.release(rctx)
 		switch {
 		case err != nil:
 			l.releaseErr = fmt.Errorf("locking: Release %q: %w", l.key, err)
 			l.v.end(nil)
-		case n != 1:
+		case !ok:
 			l.releaseErr = ErrNotHeld
 			l.v.end(lostTo("the key no longer held this token at release"))
 		default:

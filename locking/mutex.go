@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,47 +28,6 @@ func New(rdb RedisClient) *Client {
 	return &Client{rdb: rdb}
 }
 
-// Option configures Obtain and Lock.
-type Option func(*options) error
-
-type options struct {
-	fencing    bool
-	watchdog   bool
-	minBackoff time.Duration
-	maxBackoff time.Duration
-}
-
-func defaultOptions() options {
-	return options{minBackoff: 8 * time.Millisecond, maxBackoff: 500 * time.Millisecond}
-}
-
-// WithFencing makes the lease carry a fencing token: a per-key counter that
-// Redis increments in the same script that takes the key (still one round trip).
-// Pass Lease.Fence to the systems the owner writes to, so that they can refuse
-// a paused former owner.
-func WithFencing() Option {
-	return func(o *options) error { o.fencing = true; return nil }
-}
-
-// WithWatchdog starts the lease's watchdog as soon as the lease is taken; see
-// Lease.KeepAlive.
-func WithWatchdog() Option {
-	return func(o *options) error { o.watchdog = true; return nil }
-}
-
-// WithBackoff sets the bounds of Lock's fallback wait between attempts, which
-// doubles from min to max, with jitter, and never exceeds the holder's remaining
-// TTL. Defaults: 8ms and 500ms. A release message ends the wait early.
-func WithBackoff(min, max time.Duration) Option {
-	return func(o *options) error {
-		if min <= 0 || max < min {
-			return fmt.Errorf("locking: WithBackoff: need 0 < min <= max, got min %v, max %v", min, max)
-		}
-		o.minBackoff, o.maxBackoff = min, max
-		return nil
-	}
-}
-
 // minTTL is the shortest lease: below it, the drift margin eats the lease.
 const minTTL = 10 * time.Millisecond
 
@@ -81,65 +38,90 @@ func checkTTL(op string, ttl time.Duration) error {
 	return nil
 }
 
-func (c *Client) prepare(op, key string, ttl time.Duration, opts []Option) (options, []string, error) {
+// prepare validates the arguments every acquisition shares.
+func prepare(op, key string, ttl time.Duration, opts []Option) (options, error) {
 	o := defaultOptions()
 	if key == "" {
-		return o, nil, fmt.Errorf("locking: %s: %w: empty key", op, ErrInvalidKey)
+		return o, fmt.Errorf("locking: %s: %w: empty key", op, ErrInvalidKey)
 	}
 	if err := checkTTL(op, ttl); err != nil {
-		return o, nil, err
+		return o, err
 	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
-			return o, nil, err
+			return o, err
 		}
 	}
+	return o, nil
+}
+
+// stringHold is the plain lease: a string key whose value is the token.
+type stringHold struct {
+	rdb     RedisClient
+	key     string
+	token   string
+	channel string
+}
+
+func (h stringHold) extend(ctx context.Context, ttl time.Duration) (bool, error) {
+	n, err := extendScript.Run(ctx, h.rdb, []string{h.key}, h.token, ttl.Milliseconds()).Int64()
+	return n == 1, err
+}
+
+func (h stringHold) release(ctx context.Context) (bool, error) {
+	n, err := releaseScript.Run(ctx, h.rdb, []string{h.key}, h.token, h.channel).Int64()
+	return n == 1, err
+}
+
+func (h stringHold) pttl(ctx context.Context) (int64, error) {
+	return pttlScript.Run(ctx, h.rdb, []string{h.key}, h.token).Int64()
+}
+
+// mutexAttempt returns the attempt function of a plain lease on key.
+func (c *Client) mutexAttempt(key string, ttl time.Duration, o options) (attempt, func(context.Context), error) {
 	keys := []string{key}
+	fencing := "0"
 	if o.fencing {
 		fence, err := derivedKey(key, "fence")
 		if err != nil {
-			return o, nil, fmt.Errorf("locking: %s with fencing: %w", op, err)
+			return nil, nil, fmt.Errorf("locking: fencing: %w", err)
 		}
-		keys = append(keys, fence)
+		keys, fencing = append(keys, fence), "1"
 	}
-	return o, keys, nil
+	// One token for every attempt, so that a retried script is recognised.
+	h := stringHold{rdb: c.rdb, key: key, token: newToken(), channel: releaseChannel(key)}
+	try := func(ctx context.Context) (*Lease, time.Duration, error) {
+		sent := time.Now()
+		res, err := obtainScript.Run(ctx, c.rdb, keys, h.token, ttl.Milliseconds(), fencing).Int64Slice()
+		if err != nil {
+			return nil, 0, fmt.Errorf("locking: obtain %q: %w", key, err)
+		}
+		if len(res) != 2 {
+			return nil, 0, fmt.Errorf("locking: obtain %q: unexpected reply %v", key, res)
+		}
+		if res[0] != 1 {
+			return nil, time.Duration(res[1]) * time.Millisecond, ErrNotObtained
+		}
+		return newLease(h, key, h.token, res[1], ttl, sent, ctx), 0, nil
+	}
+	// An attempt that failed on the network may still have taken the key.
+	undo := func(ctx context.Context) { _, _ = h.release(ctx) }
+	return try, undo, nil
 }
 
 // Obtain tries once to take key for ttl. It returns ErrNotObtained when another
 // owner holds the key. One round trip; it blocks until Redis answers or ctx
 // ends. ttl is counted in whole milliseconds and must be at least 10ms.
 func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lease, error) {
-	o, keys, err := c.prepare("Obtain", key, ttl, opts)
+	o, err := prepare("Obtain", key, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
-	l, _, err := c.try(ctx, keys, newToken(), ttl, o)
-	return l, err
-}
-
-// try runs the obtain script once. On ErrNotObtained it also returns the
-// holder's remaining TTL (-1 when the key has none).
-func (c *Client) try(ctx context.Context, keys []string, token string, ttl time.Duration, o options) (*Lease, time.Duration, error) {
-	fencing := "0"
-	if o.fencing {
-		fencing = "1"
-	}
-	sent := time.Now()
-	res, err := obtainScript.Run(ctx, c.rdb, keys, token, ttl.Milliseconds(), fencing).Int64Slice()
+	try, undo, err := c.mutexAttempt(key, ttl, o)
 	if err != nil {
-		return nil, 0, fmt.Errorf("locking: obtain %q: %w", keys[0], err)
+		return nil, err
 	}
-	if len(res) != 2 {
-		return nil, 0, fmt.Errorf("locking: obtain %q: unexpected reply %v", keys[0], res)
-	}
-	if res[0] != 1 {
-		return nil, time.Duration(res[1]) * time.Millisecond, ErrNotObtained
-	}
-	l := newLease(c, keys[0], token, res[1], ttl, sent, ctx)
-	if o.watchdog {
-		_ = l.KeepAlive() // cannot fail on a fresh lease
-	}
-	return l, 0, nil
+	return c.acquire(ctx, releaseChannel(key), o, false, try, undo)
 }
 
 // Lock takes key for ttl, waiting while another owner holds it. It blocks until
@@ -152,69 +134,15 @@ func (c *Client) try(ctx context.Context, keys []string, token string, ttl time.
 // message is missed or the holder's key simply expires. It never polls at a
 // fixed interval.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lease, error) {
-	o, keys, err := c.prepare("Lock", key, ttl, opts)
+	o, err := prepare("Lock", key, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
-	token := newToken() // one token for every attempt, so a retried script is recognised
-	l, _, err := c.try(ctx, keys, token, ttl, o)
-	if !errors.Is(err, ErrNotObtained) {
-		return l, c.cleanupOnError(ctx, keys[0], token, err)
+	try, undo, err := c.mutexAttempt(key, ttl, o)
+	if err != nil {
+		return nil, err
 	}
-
-	ps := c.rdb.Subscribe(ctx, releaseChannel(key))
-	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil { // the subscription is confirmed
-		return nil, c.cleanupOnError(ctx, keys[0], token, fmt.Errorf("locking: Lock %q: subscribe: %w", key, err))
-	}
-	released := ps.Channel()
-
-	backoff := o.minBackoff
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		// Try again now that the subscription is in place: a release between
-		// the first attempt and the subscription would otherwise be missed.
-		l, holderTTL, err := c.try(ctx, keys, token, ttl, o)
-		if !errors.Is(err, ErrNotObtained) {
-			return l, c.cleanupOnError(ctx, keys[0], token, err)
-		}
-		timer.Reset(waitFor(backoff, holderTTL))
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-released:
-			timer.Stop() // go.mod says go >= 1.23: no stale tick after Stop
-		case <-timer.C:
-			backoff = min(2*backoff, o.maxBackoff)
-		}
-	}
-}
-
-// waitFor is a jittered backoff in [b/2, b], or the holder's remaining TTL
-// (plus a millisecond) when that is shorter.
-func waitFor(backoff, holderTTL time.Duration) time.Duration {
-	d := backoff/2 + mrand.N(backoff/2+1)
-	if holderTTL >= 0 && holderTTL+time.Millisecond < d {
-		d = holderTTL + time.Millisecond
-	}
-	return d
-}
-
-// cleanupOnError deletes key if an attempt that failed on the network or on
-// ctx did in fact take it, so that Lock leaves nothing behind. It returns err.
-func (c *Client) cleanupOnError(ctx context.Context, key, token string, err error) error {
-	if err == nil {
-		return nil
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
-	_ = releaseScript.Run(rctx, c.rdb, []string{key}, token, releaseChannel(key)).Err()
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
-	return err
+	return c.acquire(ctx, releaseChannel(key), o, true, try, undo)
 }
 
 // newToken returns 128 bits from crypto/rand, base64url-encoded (22 characters).
