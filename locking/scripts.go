@@ -13,10 +13,16 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-func loadScript(name string) *redis.Script {
-	src, err := scriptFiles.ReadFile("scripts/" + name)
-	if err != nil {
-		panic("locking: missing embedded script " + name) // a build error in disguise
+// loadScript returns the script in file name, with the files in prepend
+// (shared helpers) in front of it.
+func loadScript(name string, prepend ...string) *redis.Script {
+	var src []byte
+	for _, f := range append(prepend, name) {
+		b, err := scriptFiles.ReadFile("scripts/" + f)
+		if err != nil {
+			panic("locking: missing embedded script " + f) // a build error in disguise
+		}
+		src = append(append(src, b...), '\n')
 	}
 	return redis.NewScript(string(src))
 }
@@ -26,4 +32,16 @@ var (
 	releaseScript = loadScript("release.lua")
 	extendScript  = loadScript("extend.lua")
 	pttlScript    = loadScript("pttl.lua")
+
+	reentrantLockScript   = loadScript("reentrant_lock.lua")
+	reentrantUnlockScript = loadScript("reentrant_unlock.lua")
+	reentrantExtendScript = loadScript("reentrant_extend.lua")
+	reentrantPTTLScript   = loadScript("reentrant_pttl.lua")
+
+	rwRLockScript  = loadScript("rw_rlock.lua", "rw_lib.lua")
+	rwWLockScript  = loadScript("rw_wlock.lua", "rw_lib.lua")
+	rwUnlockScript = loadScript("rw_unlock.lua", "rw_lib.lua")
+	rwExtendScript = loadScript("rw_extend.lua", "rw_lib.lua")
+	rwPTTLScript   = loadScript("rw_pttl.lua", "rw_lib.lua")
+	rwUnwaitScript = loadScript("rw_unwait.lua", "rw_lib.lua")
 )
