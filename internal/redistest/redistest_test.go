@@ -148,3 +148,26 @@ func TestStartNIndependent(t *testing.T) {
 		}
 	}
 }
+
+func TestClusterServesEverySlot(t *testing.T) {
+	c := StartCluster(t)
+	rdb := c.Client()
+	ctx := context.Background()
+	// Keys spread over all three masters; each must be writable and readable.
+	shards := map[string]bool{}
+	for i := range 30 {
+		key := "k" + string(rune('a'+i%26)) + string(rune('0'+i/26))
+		if err := rdb.Set(ctx, key, i, 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", key, err)
+		}
+		slot, _ := rdb.ClusterKeySlot(ctx, key).Result()
+		for _, s := range rdb.ClusterSlots(ctx).Val() {
+			if int64(s.Start) <= slot && slot <= int64(s.End) {
+				shards[s.Nodes[0].Addr] = true
+			}
+		}
+	}
+	if len(shards) != 3 {
+		t.Fatalf("keys landed on %d masters, want 3", len(shards))
+	}
+}
