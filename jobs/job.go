@@ -1,0 +1,42 @@
+package jobs
+
+import (
+	"context"
+	"time"
+)
+
+// Func is a job: the work of one run.
+type Func func(ctx context.Context, run Run) error
+
+// Run describes one run of a job.
+type Run struct {
+	// Job is the job's name.
+	Job string
+	// Slot is the scheduled time this run is for, from the cron expression.
+	Slot time.Time
+	// Attempt counts the runs of this slot, from 1; it grows when another
+	// replica takes over a slot whose owner was lost (on_owner_lost: retry).
+	Attempt int
+	// Fence grows with every claim of this job, attempts included. Stores
+	// that refuse a fence lower than the highest they have seen are safe
+	// from a paused former owner.
+	Fence int64
+	// Replica is the ID of the replica that runs this attempt.
+	Replica string
+	// Token is the secret that proves this attempt's lease.
+	Token string
+}
+
+type runKey struct{}
+
+// WithRun returns a copy of ctx that carries run.
+func WithRun(ctx context.Context, run Run) context.Context {
+	return context.WithValue(ctx, runKey{}, run)
+}
+
+// FromContext returns the Run that ctx carries, and whether it carries one.
+// The scheduler puts it in every job's context.
+func FromContext(ctx context.Context) (Run, bool) {
+	run, ok := ctx.Value(runKey{}).(Run)
+	return run, ok
+}
