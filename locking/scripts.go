@@ -16,6 +16,10 @@ var scriptFiles embed.FS
 // loadScript returns the script in file name, with the files in prepend
 // (shared helpers) in front of it.
 func loadScript(name string, prepend ...string) *redis.Script {
+	return redis.NewScript(scriptSource(name, prepend...))
+}
+
+func scriptSource(name string, prepend ...string) string {
 	var src []byte
 	for _, f := range append(prepend, name) {
 		b, err := scriptFiles.ReadFile("scripts/" + f)
@@ -24,7 +28,7 @@ func loadScript(name string, prepend ...string) *redis.Script {
 		}
 		src = append(append(src, b...), '\n')
 	}
-	return redis.NewScript(string(src))
+	return string(src)
 }
 
 var (
@@ -44,4 +48,16 @@ var (
 	rwExtendScript = loadScript("rw_extend.lua", "rw_lib.lua")
 	rwPTTLScript   = loadScript("rw_pttl.lua", "rw_lib.lua")
 	rwUnwaitScript = loadScript("rw_unwait.lua", "rw_lib.lua")
+
+	slotClaimScript    = loadScript("slot_claim.lua")
+	slotRenewScript    = loadScript("slot_renew.lua")
+	slotFinishScript   = loadScript("slot_finish.lua")
+	slotTakeoverScript = loadScript("slot_takeover.lua")
 )
+
+// slotScriptSources are what Slots.Prepare loads. (redis.Script.Load can't be
+// pipelined: it reads its reply at once, and before Exec that reply is empty.)
+var slotScriptSources = []string{
+	scriptSource("slot_claim.lua"), scriptSource("slot_renew.lua"),
+	scriptSource("slot_finish.lua"), scriptSource("slot_takeover.lua"),
+}

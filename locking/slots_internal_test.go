@@ -1,0 +1,34 @@
+package locking
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/slotcron/slotcron/internal/redistest"
+)
+
+// TestSlotClaimRetryIsRecognised: go-redis retries a command whose reply was
+// lost on the network. The claim script must answer the retry with the same
+// win, not as a rival that lost, and must not count a second fence.
+func TestSlotClaimRetryIsRecognised(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := NewSlots(srv.Client(), srv.Key("retry"))
+	c := SlotClaim{Kind: ClaimLive, Job: "j", Slot: time.Unix(1_700_001_000, 0), Replica: "r1",
+		LeaseTTL: time.Second, Retention: time.Hour, Deadline: time.Now().Add(time.Minute)}
+	token := newToken()
+	ctx := context.Background()
+	var fences []int64
+	for range 2 {
+		cmd := s.batch(ctx, []call{s.claimCall(c, token)})[0]
+		res := s.parseClaim(ctx, c, token, time.Now(), cmd)
+		if res.Outcome != OutcomeWon {
+			t.Fatalf("claim with the same token: %+v", res)
+		}
+		fences = append(fences, res.Fence)
+		res.Lease.v.end(nil)
+	}
+	if fences[0] != fences[1] {
+		t.Fatalf("a retried claim took a new fence: %v", fences)
+	}
+}
