@@ -7,8 +7,11 @@
 //   - Reentrant (Client.Reentrant): one owner that may hold several times over.
 //   - RWMutex (Client.RWMutex): many readers or one writer.
 //   - Redlock (NewRedlock): one owner per key across N independent masters.
+//   - Slots (NewSlots): the slot protocol of the scheduler: claim, renew,
+//     finish and takeover of (job, scheduled time) slots, batched so that a
+//     replica pays one round trip per tick whatever the number of due jobs.
 //
-// Every acquisition returns a *Lease: the same Key, Token, Fence, TTL, Extend,
+// Every acquisition of the lock family returns a *Lease: the same Key, Token, Fence, TTL, Extend,
 // Release, KeepAlive, Done and Context, whatever the kind of lock.
 //
 // # Leases

@@ -51,3 +51,20 @@ func releaseChannel(key string) string {
 	}
 	return key + ":released"
 }
+
+// hashSlot is the Redis Cluster hash slot of the tag name: CRC16 (XMODEM)
+// modulo 16384, as CLUSTER KEYSLOT computes it.
+func hashSlot(tag string) uint16 {
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc ^= uint16(tag[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}

@@ -49,7 +49,8 @@ func FuzzDerivedKeySharesSlot(f *testing.F) {
 	})
 }
 
-// TestScriptHeaders keeps every script documented: KEYS, ARGV and what it returns.
+// TestScriptHeaders keeps every script documented: a header of comment lines
+// that states its KEYS, its ARGV (when it reads any) and what it returns.
 func TestScriptHeaders(t *testing.T) {
 	names, err := fs.Glob(scriptFiles, "scripts/*.lua")
 	if err != nil || len(names) == 0 {
@@ -57,17 +58,30 @@ func TestScriptHeaders(t *testing.T) {
 	}
 	for _, name := range names {
 		src, _ := fs.ReadFile(scriptFiles, name)
-		header := string(src)
-		if i := strings.Index(header, "\n\n"); i > 0 {
-			header = header[:i]
+		var header []string
+		for _, line := range strings.Split(string(src), "\n") {
+			if !strings.HasPrefix(line, "--") {
+				break
+			}
+			header = append(header, line)
 		}
-		for _, want := range []string{"-- KEYS[1]", "-- Returns"} {
-			if !strings.Contains(string(src), want) {
-				t.Errorf("%s: header lacks %q", name, want)
+		h := strings.Join(header, "\n")
+		for _, want := range []string{"\n-- KEYS", "\n-- Returns"} {
+			if !strings.Contains(h, want) {
+				t.Errorf("%s: header lacks a %q section", name, strings.TrimSpace(want))
 			}
 		}
-		if strings.Contains(string(src), "ARGV[") && !strings.Contains(string(src), "-- ARGV[1]") {
-			t.Errorf("%s: uses ARGV but does not document it", name)
+		if strings.Contains(string(src), "ARGV[") && !strings.Contains(h, "\n-- ARGV") {
+			t.Errorf("%s: uses ARGV but its header does not document it", name)
+		}
+	}
+}
+
+func TestHashSlot(t *testing.T) {
+	// From the Redis Cluster specification and CLUSTER KEYSLOT.
+	for tag, want := range map[string]uint16{"123456789": 0x31C3 % 16384, "foo": 12182, "bar": 5061, "": 0} {
+		if got := hashSlot(tag); got != want {
+			t.Errorf("hashSlot(%q) = %d, want %d", tag, got, want)
 		}
 	}
 }

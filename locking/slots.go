@@ -28,7 +28,7 @@ type SlotClient interface {
 //	<prefix>:{<job>}:lease:<unix>  a slot's own lease, when overlap is allowed
 //	<prefix>:{<job>}:fence         the fencing-token counter
 //	<prefix>:{<job>}:runs          the run history (stream, capped)
-//	<prefix>:{<job>}:last          the latest slot that has a record
+//	<prefix>:{<job>}:last          the latest slot that has a record (a sorted set)
 //
 // A slot starts at most once: the claim script writes its record, and no
 // finish ever deletes it. All times that decide anything (deadlines, record
@@ -37,7 +37,18 @@ type Slots struct {
 	rdb        SlotClient
 	prefix     string
 	maxHistory int
+	topology   topology
 }
+
+// topology says which claims may share one script call: a script may only
+// touch keys that live together.
+type topology int
+
+const (
+	topoSingle   topology = iota // one server (or Sentinel): one call for all claims
+	topoCluster                  // Redis Cluster: one call per hash slot
+	topoSeparate                 // an unknown client (Ring, a wrapper): one call per claim
+)
 
 // historyLen is the approximate length of each job's run history.
 const historyLen = 1000
@@ -48,7 +59,14 @@ func NewSlots(rdb SlotClient, prefix string) (*Slots, error) {
 	if prefix == "" || strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("locking: NewSlots: prefix %q must be non-empty and free of '{' and '}'", prefix)
 	}
-	return &Slots{rdb: rdb, prefix: prefix, maxHistory: historyLen}, nil
+	t := topoSeparate
+	switch rdb.(type) {
+	case *redis.Client:
+		t = topoSingle
+	case *redis.ClusterClient:
+		t = topoCluster
+	}
+	return &Slots{rdb: rdb, prefix: prefix, maxHistory: historyLen, topology: t}, nil
 }
 
 // Prefix returns the key prefix.
@@ -109,7 +127,7 @@ type Outcome string
 // The outcomes of claims. Losing a race is an outcome, not an error.
 const (
 	OutcomeWon       Outcome = "won"       // this replica runs the slot: Lease is set
-	OutcomeLost      Outcome = "lost"      // the slot has a record: Holder, State
+	OutcomeLost      Outcome = "lost"      // the slot has a record: Holder, State (Wait is -1)
 	OutcomeSkipped   Outcome = "skipped"   // recorded skipped: Holder's run holds the job
 	OutcomeBusy      Outcome = "busy"      // a run holds the job; try again after Wait
 	OutcomeMissed    Outcome = "missed"    // recorded missed: Late says how late
@@ -122,14 +140,17 @@ const (
 // ClaimResult is the answer to one SlotClaim.
 type ClaimResult struct {
 	Outcome Outcome
-	Lease   *SlotLease    // OutcomeWon
-	Holder  string        // the record's owner, or the replica whose run holds the lease
-	State   SlotState     // OutcomeLost, OutcomeClosed
-	Fence   int64         // OutcomeWon, OutcomeLost
-	Attempt int           // OutcomeWon, OutcomeLost, OutcomeAbandoned
-	Wait    time.Duration // the holder's remaining lease, or -1 when none or unknown
-	Late    time.Duration // OutcomeMissed
-	Err     error         // this claim failed; the others may have succeeded
+	Lease   *SlotLease // OutcomeWon
+	Holder  string     // the record's owner, or the replica whose run holds the lease
+	// HolderSlot is the slot of the run that holds the job's lease
+	// (OutcomeSkipped, OutcomeBusy): the one to watch in case its owner dies.
+	HolderSlot time.Time
+	State      SlotState     // OutcomeLost, OutcomeClosed
+	Fence      int64         // OutcomeWon, OutcomeLost
+	Attempt    int           // OutcomeWon, OutcomeLost, OutcomeAbandoned
+	Wait       time.Duration // the holder's remaining lease, or -1 when none or unknown
+	Late       time.Duration // OutcomeMissed
+	Err        error         // this claim failed; the others may have succeeded
 }
 
 func (s *Slots) base(job string) string { return Key(s.prefix, job) }
@@ -214,11 +235,11 @@ func (s *Slots) batch(ctx context.Context, calls []call) []*redis.Cmd {
 }
 
 // Claim sends every claim in one pipeline: one round trip for all the jobs due
-// at an instant, however many. It returns one result per claim, in order; a
-// claim that failed on its own has Err set. The error is non-nil only for
-// invalid claims, and then nothing was sent.
+// at an instant, however many. On a single server the claims share one script
+// call, on a Cluster one call per hash slot. It returns one result per claim,
+// in order; a claim that failed on its own has Err set. The error is non-nil
+// only for invalid claims, and then nothing was sent.
 func (s *Slots) Claim(ctx context.Context, claims []SlotClaim) ([]ClaimResult, error) {
-	calls := make([]call, len(claims))
 	tokens := make([]string, len(claims))
 	for i, c := range claims {
 		if err := checkJob(c.Job); err != nil {
@@ -228,44 +249,116 @@ func (s *Slots) Claim(ctx context.Context, claims []SlotClaim) ([]ClaimResult, e
 			return nil, fmt.Errorf("locking: Claim %d (%s): lease TTL must be >= %v and retention > 0", i, c.Job, minTTL)
 		}
 		tokens[i] = newToken()
-		calls[i] = s.claimCall(c, tokens[i])
+	}
+	var (
+		calls  []call
+		groups [][]int // the claims each call answers
+	)
+	for _, g := range s.group(claims) {
+		if claims[g[0]].Kind == ClaimTakeover {
+			calls = append(calls, s.takeoverCall(claims, tokens, g))
+		} else {
+			calls = append(calls, s.claimCall(claims, tokens, g))
+		}
+		groups = append(groups, g)
 	}
 	sent := time.Now()
-	cmds := s.batch(ctx, calls)
 	results := make([]ClaimResult, len(claims))
-	for i, cmd := range cmds {
-		results[i] = s.parseClaim(ctx, claims[i], tokens[i], sent, cmd)
+	for gi, cmd := range s.batch(ctx, calls) {
+		g := groups[gi]
+		vals, err := cmd.Slice()
+		if err == nil && len(vals) != len(g) {
+			err = fmt.Errorf("%d replies for %d claims", len(vals), len(g))
+		}
+		for k, i := range g {
+			var v []any
+			if err == nil {
+				v, _ = vals[k].([]any)
+			}
+			results[i] = s.parseClaim(ctx, claims[i], tokens[i], sent, v, err)
+		}
 	}
 	return results, nil
 }
 
-func (s *Slots) claimCall(c SlotClaim, token string) call {
-	slot := c.Slot.Unix()
-	rec, lease := s.recordKey(c.Job, slot), s.leaseKey(c.Job, slot, c.AllowOverlap)
-	if c.Kind == ClaimTakeover {
+// group splits claims into the sets that may share a script call: claims
+// and takeovers apart (two scripts), one replica per call, and on a Cluster
+// one hash slot per call.
+func (s *Slots) group(claims []SlotClaim) [][]int {
+	type key struct {
+		takeover bool
+		replica  string
+		slot     uint16
+	}
+	var groups [][]int
+	index := map[key]int{}
+	for i, c := range claims {
+		if s.topology == topoSeparate {
+			groups = append(groups, []int{i})
+			continue
+		}
+		k := key{takeover: c.Kind == ClaimTakeover, replica: c.Replica}
+		if s.topology == topoCluster {
+			k.slot = hashSlot(c.Job)
+		}
+		gi, ok := index[k]
+		if !ok {
+			gi = len(groups)
+			index[k] = gi
+			groups = append(groups, nil)
+		}
+		groups[gi] = append(groups[gi], i)
+	}
+	return groups
+}
+
+// claimCall is one slot_claim call for the claims at indexes g.
+func (s *Slots) claimCall(claims []SlotClaim, tokens []string, g []int) call {
+	keys := make([]string, 0, 5*len(g))
+	args := make([]any, 0, 2+8*len(g))
+	args = append(args, claims[g[0]].Replica, s.maxHistory)
+	for _, i := range g {
+		c := claims[i]
+		slot := c.Slot.Unix()
+		keys = append(keys, s.recordKey(c.Job, slot), s.leaseKey(c.Job, slot, c.AllowOverlap),
+			s.fenceKey(c.Job), s.runsKey(c.Job), s.lastKey(c.Job))
+		overlap := "skip"
+		if c.AllowOverlap {
+			overlap = "allow"
+		}
+		mode := map[ClaimKind]string{ClaimLive: "live", ClaimCatchup: "wait", ClaimMiss: "miss"}[c.Kind]
+		reason := c.Reason
+		if reason == "" {
+			reason = "misfire"
+		}
+		args = append(args, tokens[i], slot, c.LeaseTTL.Milliseconds(), c.Retention.Milliseconds(),
+			overlap, mode, c.Deadline.UnixMilli(), reason)
+	}
+	return call{slotClaimScript, keys, args}
+}
+
+// takeoverCall is one slot_takeover call for the takeovers at indexes g.
+func (s *Slots) takeoverCall(claims []SlotClaim, tokens []string, g []int) call {
+	keys := make([]string, 0, 4*len(g))
+	args := make([]any, 0, 2+6*len(g))
+	args = append(args, claims[g[0]].Replica, s.maxHistory)
+	for _, i := range g {
+		c := claims[i]
+		slot := c.Slot.Unix()
+		keys = append(keys, s.recordKey(c.Job, slot), s.leaseKey(c.Job, slot, c.AllowOverlap), s.fenceKey(c.Job), s.runsKey(c.Job))
 		policy := "abandon"
 		if c.Retry {
 			policy = "retry"
 		}
-		return call{slotTakeoverScript, []string{rec, lease, s.fenceKey(c.Job), s.runsKey(c.Job)},
-			[]any{token, c.Replica, slot, c.LeaseTTL.Milliseconds(), c.Retention.Milliseconds(), policy, c.MaxAttempts, s.maxHistory}}
+		args = append(args, tokens[i], slot, c.LeaseTTL.Milliseconds(), c.Retention.Milliseconds(), policy, c.MaxAttempts)
 	}
-	overlap := "skip"
-	if c.AllowOverlap {
-		overlap = "allow"
-	}
-	mode := map[ClaimKind]string{ClaimLive: "live", ClaimCatchup: "wait", ClaimMiss: "miss"}[c.Kind]
-	reason := c.Reason
-	if reason == "" {
-		reason = "misfire"
-	}
-	return call{slotClaimScript, []string{rec, lease, s.fenceKey(c.Job), s.runsKey(c.Job), s.lastKey(c.Job)},
-		[]any{token, c.Replica, slot, c.LeaseTTL.Milliseconds(), c.Retention.Milliseconds(), overlap, mode,
-			c.Deadline.UnixMilli(), reason, s.maxHistory}}
+	return call{slotTakeoverScript, keys, args}
 }
 
-func (s *Slots) parseClaim(ctx context.Context, c SlotClaim, token string, sent time.Time, cmd *redis.Cmd) ClaimResult {
-	vals, err := cmd.Slice()
+func (s *Slots) parseClaim(ctx context.Context, c SlotClaim, token string, sent time.Time, vals []any, err error) ClaimResult {
+	if err == nil && len(vals) == 0 {
+		err = errors.New("empty reply")
+	}
 	if err != nil {
 		return ClaimResult{Err: fmt.Errorf("locking: claim %s@%d: %w", c.Job, c.Slot.Unix(), err), Wait: -1}
 	}
@@ -278,11 +371,14 @@ func (s *Slots) parseClaim(ctx context.Context, c SlotClaim, token string, sent 
 		res.Lease = s.newSlotLease(ctx, c, token, res.Fence, res.Attempt, sent)
 	case OutcomeLost:
 		res.Holder, res.State = r.str(1), SlotState(r.str(2))
-		res.Fence, res.Attempt, res.Wait = r.int(3), int(r.int(4)), r.ms(5)
+		res.Fence, res.Attempt = r.int(3), int(r.int(4))
 	case OutcomeSkipped:
-		res.Holder = r.str(1)
+		res.Holder, res.HolderSlot, res.Wait = r.str(1), time.Unix(r.int(2), 0), r.ms(3)
 	case OutcomeBusy:
 		res.Holder, res.Wait = r.str(1), r.ms(2)
+		if n := r.int(3); n > 0 {
+			res.HolderSlot = time.Unix(n, 0)
+		}
 	case OutcomeMissed:
 		res.Late = time.Duration(r.int(1)) * time.Millisecond
 	case OutcomeAlive:

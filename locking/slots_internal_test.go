@@ -2,6 +2,7 @@ package locking
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -20,8 +21,11 @@ func TestSlotClaimRetryIsRecognised(t *testing.T) {
 	ctx := context.Background()
 	var fences []int64
 	for range 2 {
-		cmd := s.batch(ctx, []call{s.claimCall(c, token)})[0]
-		res := s.parseClaim(ctx, c, token, time.Now(), cmd)
+		vals, err := s.batch(ctx, []call{s.claimCall([]SlotClaim{c}, []string{token}, []int{0})})[0].Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := s.parseClaim(ctx, c, token, time.Now(), vals[0].([]any), nil)
 		if res.Outcome != OutcomeWon {
 			t.Fatalf("claim with the same token: %+v", res)
 		}
@@ -30,5 +34,20 @@ func TestSlotClaimRetryIsRecognised(t *testing.T) {
 	}
 	if fences[0] != fences[1] {
 		t.Fatalf("a retried claim took a new fence: %v", fences)
+	}
+}
+
+func TestHashSlotMatchesCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	rdb := c.Client()
+	for i := range 200 {
+		tag := "job-" + strconv.Itoa(i*7919)
+		want, err := rdb.ClusterKeySlot(context.Background(), "x{"+tag+"}y").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hashSlot(tag); int64(got) != want {
+			t.Fatalf("hashSlot(%q) = %d, CLUSTER KEYSLOT says %d", tag, got, want)
+		}
 	}
 }

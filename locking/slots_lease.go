@@ -97,29 +97,84 @@ func (s *Slots) Renew(ctx context.Context, leases []*SlotLease) []error {
 	return errs
 }
 
-// Finish records the run's final state (StateDone, StateFailed or
-// StateAbandoned) with errText, frees the job's lease and ends the SlotLease.
-// The record stays for the retention. It returns an error wrapping ErrNotHeld
-// when the record is no longer this run's (taken over, or recorded abandoned
-// by another replica): nothing is written then. One round trip; run it on a
-// context that outlives a shutdown.
-func (s *Slots) Finish(ctx context.Context, l *SlotLease, state SlotState, errText string) error {
-	switch state {
-	case StateDone, StateFailed, StateAbandoned:
-	default:
-		return fmt.Errorf("locking: Finish %s@%d: %q is not a final state of a run", l.job, l.slot.Unix(), state)
+// FinishRequest is how one run ended.
+type FinishRequest struct {
+	Lease *SlotLease
+	State SlotState // StateDone, StateFailed or StateAbandoned
+	Error string    // the error text, "" for none
+}
+
+// Finish records the final state of runs and frees their leases, in one
+// round trip (on a single server, one script call). Each record stays for
+// its retention. It returns one error per request, in order: nil when
+// recorded (the SlotLease has ended); an error wrapping ErrNotHeld when the
+// record is no longer that run's (taken over, or recorded abandoned by another
+// replica), and nothing was written; any other error when Redis did not
+// answer. Run it on a context that outlives a shutdown.
+func (s *Slots) Finish(ctx context.Context, reqs []FinishRequest) []error {
+	errs := make([]error, len(reqs))
+	type group struct {
+		idx  []int
+		keys []string
+		args []any
 	}
-	vals, err := slotFinishScript.Run(ctx, s.rdb, []string{l.record, l.lease, s.runsKey(l.job)},
-		l.token, string(state), errText, l.retention.Milliseconds(), s.maxHistory, l.replica).Slice()
-	if err != nil {
-		return fmt.Errorf("locking: Finish %s@%d: %w", l.job, l.slot.Unix(), err)
+	var groups []*group
+	index := map[uint16]*group{}
+	for i, r := range reqs {
+		l := r.Lease
+		switch r.State {
+		case StateDone, StateFailed, StateAbandoned:
+		default:
+			errs[i] = fmt.Errorf("locking: Finish %s@%d: %q is not a final state of a run", l.job, l.slot.Unix(), r.State)
+			continue
+		}
+		var g *group
+		switch s.topology {
+		case topoSingle:
+			g = index[0]
+		case topoCluster:
+			g = index[hashSlot(l.job)]
+		}
+		if g == nil {
+			g = &group{args: []any{s.maxHistory}}
+			groups = append(groups, g)
+			switch s.topology {
+			case topoSingle:
+				index[0] = g
+			case topoCluster:
+				index[hashSlot(l.job)] = g
+			}
+		}
+		g.idx = append(g.idx, i)
+		g.keys = append(g.keys, l.record, l.lease, s.runsKey(l.job))
+		g.args = append(g.args, l.token, string(r.State), r.Error, l.retention.Milliseconds(), l.replica)
 	}
-	r := reply(vals)
-	if r.int(0) == 1 {
-		l.v.end(nil)
-		return nil
+	calls := make([]call, len(groups))
+	for i, g := range groups {
+		calls[i] = call{slotFinishScript, g.keys, g.args}
 	}
-	now := r.str(1)
-	l.v.end(lostTo("the slot record is no longer this run's: it is " + now))
-	return fmt.Errorf("%w: %s@%d is %s", ErrNotHeld, l.job, l.slot.Unix(), now)
+	for gi, cmd := range s.batch(ctx, calls) {
+		g := groups[gi]
+		vals, err := cmd.Slice()
+		if err == nil && len(vals) != len(g.idx) {
+			err = fmt.Errorf("%d replies for %d runs", len(vals), len(g.idx))
+		}
+		for k, i := range g.idx {
+			l := reqs[i].Lease
+			if err != nil {
+				errs[i] = fmt.Errorf("locking: Finish %s@%d: %w", l.job, l.slot.Unix(), err)
+				continue
+			}
+			v, _ := vals[k].([]any)
+			r := reply(v)
+			if r.int(0) == 1 {
+				l.v.end(nil)
+				continue
+			}
+			now := r.str(1)
+			l.v.end(lostTo("the slot record is no longer this run's: it is " + now))
+			errs[i] = fmt.Errorf("%w: %s@%d is %s", ErrNotHeld, l.job, l.slot.Unix(), now)
+		}
+	}
+	return errs
 }

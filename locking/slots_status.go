@@ -14,26 +14,26 @@ import (
 // round trip.
 func (s *Slots) LastSlots(ctx context.Context, jobs []string) (map[string]time.Time, error) {
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(jobs))
+	cmds := make([]*redis.FloatCmd, len(jobs))
 	for i, job := range jobs {
 		if err := checkJob(job); err != nil {
 			return nil, err
 		}
-		cmds[i] = pipe.Get(ctx, s.lastKey(job))
+		cmds[i] = pipe.ZScore(ctx, s.lastKey(job), "last")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, fmt.Errorf("locking: LastSlots: %w", err)
 	}
 	last := map[string]time.Time{}
 	for i, cmd := range cmds {
-		n, err := cmd.Int64()
+		n, err := cmd.Result()
 		if err == redis.Nil {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("locking: LastSlots %s: %w", jobs[i], err)
 		}
-		last[jobs[i]] = time.Unix(n, 0)
+		last[jobs[i]] = time.Unix(int64(n), 0)
 	}
 	return last, nil
 }

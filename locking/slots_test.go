@@ -104,8 +104,8 @@ func TestSlotOneWinnerAmongReplicas(t *testing.T) {
 			}
 			continue
 		}
-		if r.Outcome != locking.OutcomeLost || r.Holder != winner || r.State != locking.StateRunning || r.Wait <= 0 {
-			t.Fatalf("%s: %+v, want lost to %s while running, with the lease's TTL", name, r, winner)
+		if r.Outcome != locking.OutcomeLost || r.Holder != winner || r.State != locking.StateRunning {
+			t.Fatalf("%s: %+v, want lost to %s while running", name, r, winner)
 		}
 	}
 }
@@ -121,7 +121,7 @@ func TestSlotFinishedStaysClosed(t *testing.T) {
 	if won.Outcome != locking.OutcomeWon {
 		t.Fatalf("%+v", won)
 	}
-	if err := s.Finish(ctx, won.Lease, locking.StateDone, ""); err != nil {
+	if err := finish(s, won.Lease, locking.StateDone, ""); err != nil {
 		t.Fatal(err)
 	}
 	if won.Lease.Context().Err() == nil {
@@ -144,7 +144,7 @@ func TestSlotFinishedStaysClosed(t *testing.T) {
 		t.Fatalf("record TTL %v, want the 1h retention", ttl)
 	}
 	// A second finish is refused (the run is over) and changes nothing.
-	if err := s.Finish(ctx, won.Lease, locking.StateFailed, "again"); !errors.Is(err, locking.ErrNotHeld) {
+	if err := finish(s, won.Lease, locking.StateFailed, "again"); !errors.Is(err, locking.ErrNotHeld) {
 		t.Fatalf("second finish with another state: %v", err)
 	}
 }
@@ -179,14 +179,15 @@ func TestSlotOverlap(t *testing.T) {
 	// Catch-up mode: busy, nothing recorded.
 	cu := live("long", s2, "r2")
 	cu.Kind = locking.ClaimCatchup
-	if r := claimOne(t, s, cu); r.Outcome != locking.OutcomeBusy || r.Holder != "r1" || r.Wait <= 0 {
+	if r := claimOne(t, s, cu); r.Outcome != locking.OutcomeBusy || r.Holder != "r1" || r.Wait <= 0 || !r.HolderSlot.Equal(s1) {
 		t.Fatalf("catch-up under a running job: %+v", r)
 	}
 	if _, ok, _ := s.Record(ctx, "long", s2); ok {
 		t.Fatal("busy catch-up left a record")
 	}
 	// Live: recorded skipped, naming the run that holds the job.
-	if r := claimOne(t, s, live("long", s2, "r2")); r.Outcome != locking.OutcomeSkipped || r.Holder != "r1" {
+	if r := claimOne(t, s, live("long", s2, "r2")); r.Outcome != locking.OutcomeSkipped || r.Holder != "r1" ||
+		!r.HolderSlot.Equal(s1) || r.Wait <= 0 {
 		t.Fatalf("live claim under a running job: %+v", r)
 	}
 	rec, _, _ := s.Record(ctx, "long", s2)
@@ -202,9 +203,9 @@ func TestSlotOverlap(t *testing.T) {
 	if a.Outcome != locking.OutcomeWon || b.Outcome != locking.OutcomeWon || b.Fence != a.Fence+1 {
 		t.Fatalf("overlap allowed: %+v %+v", a, b)
 	}
-	s.Finish(ctx, first.Lease, locking.StateDone, "")
-	s.Finish(ctx, a.Lease, locking.StateDone, "")
-	s.Finish(ctx, b.Lease, locking.StateDone, "")
+	finish(s, first.Lease, locking.StateDone, "")
+	finish(s, a.Lease, locking.StateDone, "")
+	finish(s, b.Lease, locking.StateDone, "")
 }
 
 func TestSlotClaimBatchIsOneRoundTrip(t *testing.T) {
@@ -246,8 +247,23 @@ func TestSlotClaimBatchIsOneRoundTrip(t *testing.T) {
 	if got := counter.n.Load() - before; got != 1 {
 		t.Fatalf("100 renewals took %d round trips, want 1", got)
 	}
+	var reqs []locking.FinishRequest
 	for _, l := range leases {
-		s.Finish(ctx, l, locking.StateDone, "")
+		reqs = append(reqs, locking.FinishRequest{Lease: l, State: locking.StateDone})
+	}
+	before = counter.n.Load()
+	for i, err := range s.Finish(ctx, reqs) {
+		if err != nil {
+			t.Fatalf("finish %d: %v", i, err)
+		}
+	}
+	if got := counter.n.Load() - before; got != 1 {
+		t.Fatalf("100 finishes took %d round trips, want 1", got)
+	}
+	for _, l := range leases {
+		if l.Context().Err() == nil {
+			t.Fatal("a finished lease is still live")
+		}
 	}
 }
 
@@ -264,7 +280,7 @@ func TestSlotClaimSurvivesScriptFlush(t *testing.T) {
 	if r.Outcome != locking.OutcomeWon {
 		t.Fatalf("%+v", r)
 	}
-	s.Finish(ctx, r.Lease, locking.StateDone, "")
+	finish(s, r.Lease, locking.StateDone, "")
 }
 
 func TestSlotRenewDetectsLoss(t *testing.T) {
@@ -290,6 +306,11 @@ func TestSlotRenewDetectsLoss(t *testing.T) {
 	}
 }
 
+// finish records one run's end.
+func finish(s *locking.Slots, l *locking.SlotLease, state locking.SlotState, text string) error {
+	return s.Finish(context.Background(), []locking.FinishRequest{{Lease: l, State: state, Error: text}})[0]
+}
+
 func takeover(job string, slot time.Time, replica string, retry bool, max int) locking.SlotClaim {
 	c := live(job, slot, replica)
 	c.Kind, c.Retry, c.MaxAttempts = locking.ClaimTakeover, retry, max
@@ -313,14 +334,14 @@ func TestSlotTakeoverRetry(t *testing.T) {
 	if errs := s.Renew(ctx, []*locking.SlotLease{first.Lease}); !errors.Is(errs[0], locking.ErrLeaseLost) {
 		t.Fatalf("old owner's renew: %v", errs[0])
 	}
-	if err := s.Finish(ctx, first.Lease, locking.StateDone, ""); !errors.Is(err, locking.ErrNotHeld) {
+	if err := finish(s, first.Lease, locking.StateDone, ""); !errors.Is(err, locking.ErrNotHeld) {
 		t.Fatalf("old owner's finish: %v", err)
 	}
 	// A third replica sees attempt 2 alive.
 	if r := claimOne(t, s, takeover("retried", slot, "r3", true, 3)); r.Outcome != locking.OutcomeAlive {
 		t.Fatalf("%+v", r)
 	}
-	if err := s.Finish(ctx, second.Lease, locking.StateDone, ""); err != nil {
+	if err := finish(s, second.Lease, locking.StateDone, ""); err != nil {
 		t.Fatal(err)
 	}
 	if r := claimOne(t, s, takeover("retried", slot, "r3", true, 3)); r.Outcome != locking.OutcomeClosed || r.State != locking.StateDone {
@@ -363,7 +384,7 @@ func TestSlotStatusQueries(t *testing.T) {
 	for i := range 12 {
 		r := claimOne(t, s, live("status", base.Add(time.Duration(i)*time.Second), "r1"))
 		if i < 11 {
-			s.Finish(ctx, r.Lease, locking.StateDone, "")
+			finish(s, r.Lease, locking.StateDone, "")
 		} else {
 			last = r.Lease
 		}
@@ -383,7 +404,7 @@ func TestSlotStatusQueries(t *testing.T) {
 	if err != nil || len(lasts) != 1 || !lasts["status"].Equal(base.Add(11*time.Second)) {
 		t.Fatalf("LastSlots = %v, %v", lasts, err)
 	}
-	s.Finish(ctx, last, locking.StateDone, "")
+	finish(s, last, locking.StateDone, "")
 }
 
 func TestSlotsOnCluster(t *testing.T) {
@@ -401,6 +422,10 @@ func TestSlotsOnCluster(t *testing.T) {
 	for i := range 12 { // jobs spread over the three masters
 		claims = append(claims, live(fmt.Sprintf("job-%d", i), slot, "r1"))
 	}
+	// Two slots of one job share a hash slot, and so a script call.
+	overlapping := live("job-0", slot.Add(time.Second), "r1")
+	overlapping.AllowOverlap = true
+	claims = append(claims, overlapping)
 	res, err := s.Claim(ctx, claims)
 	if err != nil {
 		t.Fatal(err)
@@ -422,7 +447,7 @@ func TestSlotsOnCluster(t *testing.T) {
 		t.Fatalf("takeover on cluster: %+v", r)
 	}
 	for _, l := range leases {
-		if err := s.Finish(ctx, l, locking.StateDone, ""); err != nil {
+		if err := finish(s, l, locking.StateDone, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -431,5 +456,42 @@ func TestSlotsOnCluster(t *testing.T) {
 	}
 	if _, err := s.LastSlots(ctx, []string{"job-1", "job-2"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// wrappedClient hides the concrete client type, as an instrumentation
+// wrapper would: Slots then sends one script call per claim.
+type wrappedClient struct{ *redis.Client }
+
+func TestSlotClaimThroughAWrapper(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	counter := &pipelineCounter{}
+	rdb.AddHook(counter)
+	s, _ := locking.NewSlots(wrappedClient{rdb}, srv.Key("wrapped"))
+	ctx := context.Background()
+	if err := s.Prepare(ctx); err != nil { // connection set up, scripts cached
+		t.Fatal(err)
+	}
+	var claims []locking.SlotClaim
+	for i := range 10 {
+		claims = append(claims, live(fmt.Sprintf("w%d", i), time.Unix(1_700_002_000, 0), "r1"))
+	}
+	claims = append(claims, live("w0", time.Unix(1_700_002_000, 0), "r2"))
+	before := counter.n.Load()
+	res, err := s.Claim(ctx, claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.n.Load() - before; n != 1 {
+		t.Fatalf("11 claims took %d round trips, want 1", n)
+	}
+	for i, r := range res[:10] {
+		if r.Err != nil || r.Outcome != locking.OutcomeWon {
+			t.Fatalf("claim %d: %+v", i, r)
+		}
+	}
+	if last := res[10]; last.Outcome != locking.OutcomeLost || last.Holder != "r1" {
+		t.Fatalf("second claim of w0 in the same batch: %+v", last)
 	}
 }

@@ -1,39 +1,54 @@
--- slot_finish: record how a run ended and free the job's lease. The record is
--- kept for the retention, never deleted, so the slot stays closed.
+-- slot_finish: record how runs ended and free their leases. A record is kept
+-- for the retention, never deleted, so a finished slot stays closed. One call
+-- finishes any number of runs, each on its own, in order.
 --
--- KEYS[1]  the slot record
--- KEYS[2]  the lease hash
--- KEYS[3]  the job's run history stream
--- ARGV[1]  the run's token
--- ARGV[2]  the final state: "done", "failed" or "abandoned"
--- ARGV[3]  the error text ("" for none)
--- ARGV[4]  the record's retention, ms
--- ARGV[5]  the history's approximate maximum length
--- ARGV[6]  the replica ID
+-- KEYS     3 per run, run i at KEYS[3*(i-1)+1 .. 3*(i-1)+3]:
+--   +1  the slot record
+--   +2  the lease hash
+--   +3  the job's run history stream
+-- ARGV[1]  the history's approximate maximum length
+-- ARGV     then 5 per run, run i from ARGV[1+5*(i-1)+1]:
+--   +1  the run's token
+--   +2  the final state: "done", "failed" or "abandoned"
+--   +3  the error text ("" for none)
+--   +4  the record's retention, ms
+--   +5  the replica ID
 --
--- Returns {1} when the record was this run's and now holds the final state (a
---         retried finish of the same state also returns {1});
---         {0, state} when the record is no longer this run's or no longer
---         running (taken over, or recorded abandoned by another replica):
---         nothing changes.
-local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'slot', 'attempt')
-local state = r[2] or 'gone'
-if r[1] ~= ARGV[1] then
-  return {0, state}
-end
-if state ~= 'running' then
-  if state == ARGV[2] then
-    return {1}
-  end
-  return {0, state}
-end
+-- Returns one reply per run, in order:
+--   {1}         the record was this run's and now holds the final state (a
+--               retried finish of the same state also answers {1})
+--   {0, state}  the record is no longer this run's, or no longer running
+--               (taken over, or recorded abandoned by another replica):
+--               nothing changes
+local maxlen = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HSET', KEYS[1], 'state', ARGV[2], 'finished', now, 'error', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-if redis.call('HGET', KEYS[2], 'token') == ARGV[1] then
-  redis.call('DEL', KEYS[2])
+
+local function finish(rec, lease, runs, token, state, err, retention, replica)
+  local r = redis.call('HMGET', rec, 'token', 'state', 'slot', 'attempt')
+  local cur = r[2] or 'gone'
+  if r[1] ~= token then
+    return {0, cur}
+  end
+  if cur ~= 'running' then
+    if cur == state then
+      return {1}
+    end
+    return {0, cur}
+  end
+  redis.call('HSET', rec, 'state', state, 'finished', now, 'error', err)
+  redis.call('PEXPIRE', rec, retention)
+  if redis.call('HGET', lease, 'token') == token then
+    redis.call('DEL', lease)
+  end
+  redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', r[3], 'event', state,
+    'replica', replica, 'attempt', r[4], 'error', err)
+  return {1}
 end
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'slot', r[3], 'event', ARGV[2],
-  'replica', ARGV[6], 'attempt', r[4], 'error', ARGV[3])
-return {1}
+
+local out = {}
+for i = 1, #KEYS / 3 do
+  local k, a = 3 * (i - 1), 1 + 5 * (i - 1)
+  out[i] = finish(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+end
+return out
