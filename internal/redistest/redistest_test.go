@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func fakeProbes(env string, hasRedisServer bool, dockerErr error) probes {
@@ -169,5 +171,30 @@ func TestClusterServesEverySlot(t *testing.T) {
 	}
 	if len(shards) != 3 {
 		t.Fatalf("keys landed on %d masters, want 3", len(shards))
+	}
+}
+
+func TestProxyFreezeAndThaw(t *testing.T) {
+	s := Start(t)
+	p := StartProxy(t, s.Addr())
+	opts := s.Options()
+	opts.Addr = p.Addr()
+	opts.MaxRetries = -1
+	c := redis.NewClient(opts)
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING through the proxy: %v", err)
+	}
+	p.Freeze()
+	fctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := c.Ping(fctx).Err()
+	cancel()
+	if err == nil {
+		t.Fatal("PING answered through a frozen proxy")
+	}
+	p.Thaw()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Thaw: %v", err)
 	}
 }
