@@ -1,0 +1,164 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/locking"
+	"github.com/slotcron/slotcron/scheduler"
+)
+
+// tripCounter is a go-redis hook that counts the round trips made under a
+// context marked by countingClaimer: each pipeline, or lone command, is one.
+type tripCounter struct{}
+
+type tripsKey struct{}
+
+func (tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n, ok := ctx.Value(tripsKey{}).(*atomic.Int64); ok {
+			n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if n, ok := ctx.Value(tripsKey{}).(*atomic.Int64); ok {
+			n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// countingClaimer counts the round trips of the batches that carry a tick's
+// live claims, and of the batches that carry only takeover checks.
+type countingClaimer struct {
+	*locking.Slots
+	tickBatches, tickTrips   atomic.Int64
+	checkBatches, checkTrips atomic.Int64
+}
+
+func (c *countingClaimer) Claim(ctx context.Context, claims []locking.SlotClaim) ([]locking.ClaimResult, error) {
+	var n atomic.Int64
+	res, err := c.Slots.Claim(context.WithValue(ctx, tripsKey{}, &n), claims)
+	live := slices.ContainsFunc(claims, func(c locking.SlotClaim) bool { return c.Kind == locking.ClaimLive })
+	if live {
+		c.tickBatches.Add(1)
+		c.tickTrips.Add(n.Load())
+	} else {
+		c.checkBatches.Add(1)
+		c.checkTrips.Add(n.Load())
+	}
+	return res, err
+}
+
+// statsOut, when set (BENCH_REDIS_STATS=file), receives Redis's INFO
+// commandstats at the end of BenchmarkDispatch.
+var statsOut = os.Getenv("BENCH_REDIS_STATS")
+
+// BenchmarkDispatch runs replicas of a table of 100 jobs, all due every
+// second, for 10 ticks, and reports the dispatch delay (slot time to job
+// start on the winner) and the round trips per tick per replica. The issue's
+// figure is replicas=5; replicas=1 is the same table without contention.
+//
+//	go test -run '^$' -bench Dispatch -benchtime 1x ./scheduler
+func BenchmarkDispatch(b *testing.B) {
+	for _, replicas := range []int{1, 5} {
+		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) { benchDispatch(b, replicas) })
+	}
+}
+
+func benchDispatch(b *testing.B, replicas int) {
+	const njobs, ticks = 100, 10
+	for range b.N {
+		srv := redistest.Start(b)
+		prefix := srv.Key("bench")
+		var (
+			mu     sync.Mutex
+			delays []time.Duration
+		)
+		first := time.Now().Add(1500 * time.Millisecond).Truncate(time.Second).Add(time.Second)
+		fn := func(ctx context.Context, run jobs.Run) error {
+			d := time.Since(run.Slot)
+			if !run.Slot.Before(first) && run.Slot.Before(first.Add(ticks*time.Second)) {
+				mu.Lock()
+				delays = append(delays, d)
+				mu.Unlock()
+			}
+			return nil
+		}
+		reg := jobs.NewRegistry()
+		var table []scheduler.Job
+		for i := range njobs {
+			name := fmt.Sprintf("job%03d", i)
+			reg.Register(name, fn)
+			table = append(table, scheduler.Job{Name: name, Schedule: "@every 1s", LeaseTTL: 2 * time.Second})
+		}
+		var counters []*countingClaimer
+		var stops []func()
+		for r := range replicas {
+			rdb := redis.NewClient(srv.Options())
+			rdb.AddHook(tripCounter{})
+			slots, _ := locking.NewSlots(rdb, prefix)
+			cc := &countingClaimer{Slots: slots}
+			counters = append(counters, cc)
+			s, err := scheduler.New(cc, reg, scheduler.WithJobs(table...), scheduler.WithReplicaID(fmt.Sprint("r", r)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { s.Run(ctx); close(done) }()
+			stops = append(stops, func() { cancel(); <-done; rdb.Close() })
+		}
+		sleepUntil(first)
+		var base []int64
+		for _, c := range counters {
+			base = append(base, c.tickBatches.Load(), c.tickTrips.Load(), c.checkBatches.Load(), c.checkTrips.Load())
+		}
+		sleepUntil(first.Add(ticks*time.Second - 100*time.Millisecond))
+		var tickBatches, tickTrips, checkBatches, checkTrips int64
+		for i, c := range counters {
+			tickBatches += c.tickBatches.Load() - base[4*i]
+			tickTrips += c.tickTrips.Load() - base[4*i+1]
+			checkBatches += c.checkBatches.Load() - base[4*i+2]
+			checkTrips += c.checkTrips.Load() - base[4*i+3]
+		}
+		if statsOut != "" {
+			info := redis.NewClient(srv.Options())
+			stats, _ := info.Info(context.Background(), "commandstats").Result()
+			info.Close()
+			os.WriteFile(statsOut, []byte(stats), 0o644)
+		}
+		time.Sleep(200 * time.Millisecond)
+		for _, stop := range stops {
+			stop()
+		}
+		mu.Lock()
+		slices.Sort(delays)
+		if len(delays) != njobs*ticks {
+			b.Fatalf("%d runs in %d ticks, want %d", len(delays), ticks, njobs*ticks)
+		}
+		q := func(p float64) float64 { return float64(delays[int(p*float64(len(delays)-1))]) / 1e6 }
+		b.ReportMetric(q(0.5), "p50-ms")
+		b.ReportMetric(q(0.99), "p99-ms")
+		b.ReportMetric(float64(delays[len(delays)-1])/1e6, "max-ms")
+		b.ReportMetric(float64(tickTrips)/float64(replicas*ticks), "claim-trips/tick/replica")
+		b.ReportMetric(float64(tickBatches)/float64(replicas*ticks), "claim-batches/tick/replica")
+		b.ReportMetric(float64(checkTrips)/float64(replicas*ticks), "check-trips/tick/replica")
+		mu.Unlock()
+		_ = checkBatches
+	}
+}

@@ -1,0 +1,180 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/locking"
+)
+
+func secs(base time.Time, offsets ...int) []time.Time {
+	var out []time.Time
+	for _, o := range offsets {
+		out = append(out, base.Add(time.Duration(o)*time.Second))
+	}
+	return out
+}
+
+func TestPlanStartup(t *testing.T) {
+	every, _ := ParseSchedule("@every 10s")
+	start := utc("2026-11-22T10:00:05Z") // slots at :50 :40 ... before it
+	base := utc("2026-11-22T10:00:00Z")
+	job := func(c Catchup, window time.Duration) Job {
+		return Job{Name: "j", Schedule: "@every 10s", Catchup: c, CatchupWindow: window}.WithDefaults(time.Second)
+	}
+	tests := []struct {
+		name      string
+		job       Job
+		last      time.Time
+		maxSkew   time.Duration
+		run, miss []time.Time
+		check     time.Time
+		live      time.Time
+	}{
+		{"first deployment: nothing to catch up", job(CatchupAll, time.Hour), time.Time{}, 2 * time.Second,
+			nil, nil, time.Time{}, base.Add(10 * time.Second)},
+		{"none records every missed slot", job(CatchupNone, time.Hour), base.Add(-50 * time.Second), 2 * time.Second,
+			nil, secs(base, -40, -30, -20, -10, 0), base.Add(-50 * time.Second), base.Add(10 * time.Second)},
+		{"last runs the latest, records the rest", job(CatchupLast, time.Hour), base.Add(-50 * time.Second), 2 * time.Second,
+			secs(base, 0), secs(base, -40, -30, -20, -10), base.Add(-50 * time.Second), base.Add(10 * time.Second)},
+		{"all runs each, oldest first", job(CatchupAll, time.Hour), base.Add(-50 * time.Second), 2 * time.Second,
+			secs(base, -40, -30, -20, -10, 0), nil, base.Add(-50 * time.Second), base.Add(10 * time.Second)},
+		{"the window bounds how far back", job(CatchupAll, 25*time.Second), base.Add(-50 * time.Second), 2 * time.Second,
+			secs(base, -10, 0), nil, time.Time{}, base.Add(10 * time.Second)},
+		{"slots within max_skew of the start are live", job(CatchupLast, time.Hour), base.Add(-50 * time.Second), 6 * time.Second,
+			secs(base, -10), secs(base, -40, -30, -20), base.Add(-50 * time.Second), base},
+		{"nothing missed", job(CatchupLast, time.Hour), base, 2 * time.Second,
+			nil, nil, base, base.Add(10 * time.Second)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := planStartup(tt.job, every, tt.last, start, tt.maxSkew)
+			if !slices.EqualFunc(p.run, tt.run, time.Time.Equal) || !slices.EqualFunc(p.miss, tt.miss, time.Time.Equal) {
+				t.Fatalf("run %v miss %v\nwant run %v miss %v", p.run, p.miss, tt.run, tt.miss)
+			}
+			if !p.check.Equal(tt.check) || !p.live.Equal(tt.live) {
+				t.Fatalf("check %v live %v, want %v %v", p.check, p.live, tt.check, tt.live)
+			}
+		})
+	}
+}
+
+func TestClaimRequests(t *testing.T) {
+	slot := utc("2026-11-22T12:00:00Z")
+	skip := Job{Name: "lottery", Schedule: "0 0 12 * * *"}.WithDefaults(15 * time.Second)
+	allow := Job{Name: "lottery", Schedule: "0 0 12 * * *", Overlap: OverlapAllow, MisfireGrace: 5 * time.Second,
+		OnOwnerLost: OwnerLostRetry, MaxAttempts: 4}.WithDefaults(15 * time.Second)
+
+	c := claim(locking.ClaimLive, skip, slot, "r1")
+	if !c.Deadline.Equal(slot.Add(time.Minute)) || c.AllowOverlap || c.Retry || c.LeaseTTL != 15*time.Second {
+		t.Fatalf("live claim with defaults: %+v", c)
+	}
+	// A slot older than its misfire grace is recorded missed, never started late.
+	c = claim(locking.ClaimLive, allow, slot, "r1")
+	if !c.Deadline.Equal(slot.Add(5*time.Second)) || !c.AllowOverlap || !c.Retry || c.MaxAttempts != 4 {
+		t.Fatalf("live claim: %+v", c)
+	}
+	if m := claim(locking.ClaimMiss, skip, slot, "r1"); !strings.Contains(m.Reason, "catchup: last") {
+		t.Fatalf("miss reason %q", m.Reason)
+	}
+	if m := claim(locking.ClaimCatchup, skip, slot, "r1"); !m.Deadline.IsZero() {
+		t.Fatalf("catch-up claims have no deadline: %+v", m)
+	}
+}
+
+func TestJobValidation(t *testing.T) {
+	tests := []struct {
+		name  string
+		job   Job
+		field string
+		want  string
+	}{
+		{"bad name", Job{Name: "a b", Schedule: "@daily"}, "name", "invalid name"},
+		{"bad schedule", Job{Name: "j", Schedule: "* * * *"}, "schedule", "expected 5 or 6 fields, found 4"},
+		{"negative timeout", Job{Name: "j", Schedule: "@daily", Timeout: -time.Second}, "timeout", "must be >= 0"},
+		{"bad overlap", Job{Name: "j", Schedule: "@daily", Overlap: "queue"}, "overlap", `got "queue"`},
+		{"bad catchup", Job{Name: "j", Schedule: "@daily", Catchup: "some"}, "catchup", `got "some"`},
+		{"bad policy", Job{Name: "j", Schedule: "@daily", OnOwnerLost: "panic"}, "on_owner_lost", `got "panic"`},
+		{"attempts without retry", Job{Name: "j", Schedule: "@daily", MaxAttempts: 5}, "max_attempts", "only with on_owner_lost: retry"},
+		{"short lease", Job{Name: "j", Schedule: "@daily", LeaseTTL: 10 * time.Millisecond}, "lease_ttl", "at least 100ms"},
+		{"retention under grace", Job{Name: "j", Schedule: "@daily", Retention: 30 * time.Second}, "retention", "misfire_grace + max_skew"},
+		{"retention under window", Job{Name: "j", Schedule: "@daily", Retention: 30 * time.Minute}, "retention", "catchup_window + max_skew"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			errs := tt.job.WithDefaults(time.Second).Validate(2 * time.Second)
+			if len(errs) != 1 || errs[0].Field != tt.field || !strings.Contains(errs[0].Error(), tt.want) {
+				t.Fatalf("errors %v, want one on %s containing %q", errs, tt.field, tt.want)
+			}
+		})
+	}
+	// Every problem at once.
+	bad := Job{Name: "", Schedule: "nope", Overlap: "x", Catchup: "y"}.WithDefaults(time.Second)
+	if errs := bad.Validate(time.Second); len(errs) != 4 {
+		t.Fatalf("%d errors, want 4: %v", len(errs), errs)
+	}
+}
+
+func TestNewReportsEverything(t *testing.T) {
+	reg := jobs.NewRegistry()
+	reg.Register("lottery", func(ctx context.Context, run jobs.Run) error { return nil })
+	reg.Register("report", func(ctx context.Context, run jobs.Run) error { return nil })
+	_, err := New(nopClaimer{}, reg,
+		WithJobs(Job{Name: "lotery", Schedule: "@daily"}, Job{Name: "report", Schedule: "* *"}, Job{Name: "lottery", Schedule: "@daily"}, Job{Name: "lottery", Schedule: "@daily"}),
+		WithLeaseTTL(time.Millisecond), WithSkewLimits(time.Second, time.Millisecond))
+	if err == nil {
+		t.Fatal("New accepted a broken table")
+	}
+	for _, want := range []string{
+		`job "lotery": no Func is registered under this name; registered: [lottery report]`,
+		`job "report": schedule: expected 5 or 6 fields, found 2`,
+		`job "lottery": listed twice`,
+		"WithLeaseTTL: ttl must be at least 100ms",
+		"WithSkewLimits: need 0 < warn <= max",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if _, err := New(nopClaimer{}, reg); err == nil || !strings.Contains(err.Error(), "no jobs") {
+		t.Fatalf("New without jobs: %v", err)
+	}
+}
+
+func TestRunTwice(t *testing.T) {
+	reg := jobs.NewRegistry()
+	reg.Register("j", func(ctx context.Context, run jobs.Run) error { return nil })
+	s, err := New(nopClaimer{}, reg, WithJobs(Job{Name: "j", Schedule: "@daily"}), WithShutdownGrace(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatalf("Run on a cancelled context: %v", err)
+	}
+	if err := s.Run(context.Background()); !errors.Is(err, ErrRunning) {
+		t.Fatalf("second Run: %v, want ErrRunning", err)
+	}
+}
+
+// nopClaimer answers nothing useful; it lets New and Run be tested without Redis.
+type nopClaimer struct{}
+
+func (nopClaimer) Prepare(context.Context) error { return nil }
+func (nopClaimer) Claim(context.Context, []locking.SlotClaim) ([]locking.ClaimResult, error) {
+	return nil, errors.New("nop")
+}
+func (nopClaimer) Renew(_ context.Context, l []*locking.SlotLease) []error {
+	return make([]error, len(l))
+}
+func (nopClaimer) Finish(_ context.Context, r []locking.FinishRequest) []error {
+	return make([]error, len(r))
+}
+func (nopClaimer) LastSlots(context.Context, []string) (map[string]time.Time, error) { return nil, nil }
+func (nopClaimer) Time(context.Context) (time.Time, error)                           { return time.Now(), nil }
