@@ -3,6 +3,7 @@ package locking
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -108,6 +109,7 @@ func (s *Slots) Records(ctx context.Context, job string, n int) ([]SlotRecord, e
 			recs = append(recs, parseRecord(job, slots[i], h))
 		}
 	}
+	slices.SortFunc(recs, func(a, b SlotRecord) int { return b.Slot.Compare(a.Slot) })
 	return recs, nil
 }
 

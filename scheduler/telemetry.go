@@ -133,17 +133,19 @@ func (t *telemetry) endClaims(spans []trace.Span, results []locking.ClaimResult,
 	}
 }
 
+// Metric labels are short (job, outcome, state, result), as Prometheus users
+// write them; spans and logs use the slotcron. prefix.
 func (t *telemetry) claimed(job, outcome string) {
-	t.claims.Add(context.Background(), 1, metric.WithAttributes(attrJob.String(job), attrOutcome.String(outcome)))
+	t.claims.Add(context.Background(), 1, metric.WithAttributes(attribute.String("job", job), attribute.String("outcome", outcome)))
 }
 
 func (t *telemetry) dispatched(job string, delay time.Duration) {
-	t.delay.Record(context.Background(), delay.Seconds(), metric.WithAttributes(attrJob.String(job)))
+	t.delay.Record(context.Background(), delay.Seconds(), metric.WithAttributes(attribute.String("job", job)))
 }
 
 func (t *telemetry) ran(job, state string, took time.Duration) {
 	t.duration.Record(context.Background(), took.Seconds(),
-		metric.WithAttributes(attrJob.String(job), attribute.String("state", state)))
+		metric.WithAttributes(attribute.String("job", job), attribute.String("state", state)))
 }
 
 func (t *telemetry) startRun(sctx context.Context) (context.Context, trace.Span) {
@@ -184,7 +186,7 @@ func (t *telemetry) renewed(ctx context.Context, l *locking.SlotLease, n int) {
 
 func (t *telemetry) lost(ctx context.Context, l *locking.SlotLease, cause error) {
 	t.renewals.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", "lost")))
-	t.losses.Add(context.Background(), 1, metric.WithAttributes(attrJob.String(l.Job())))
+	t.losses.Add(context.Background(), 1, metric.WithAttributes(attribute.String("job", l.Job())))
 	trace.SpanFromContext(ctx).AddEvent("lease.lost", trace.WithAttributes(attribute.String("slotcron.cause", cause.Error())))
 }
 

@@ -1,0 +1,241 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/locking"
+)
+
+// ticker registers one job, "tick", that counts its runs under key and then
+// works for half a second, long enough for its lease to be renewed.
+func ticker(key string) Registrar {
+	return func(reg *jobs.Registry, rdb redis.UniversalClient) error {
+		return reg.Register("tick", func(ctx context.Context, run jobs.Run) error {
+			if err := rdb.Incr(ctx, key).Err(); err != nil {
+				return err
+			}
+			select {
+			case <-time.After(500 * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		})
+	}
+}
+
+func writeConfig(t *testing.T, body string) string {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuffer is a buffer that a running command writes to while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func TestCheckPrintsNextSlots(t *testing.T) {
+	path := writeConfig(t, "jobs:\n  - name: tick\n    schedule: \"0 0 12 * * *\"\n")
+	var out, errb bytes.Buffer
+	if code := Command(context.Background(), []string{"check", "-config", path}, ticker("x"), &out, &errb); code != 0 {
+		t.Fatalf("check: exit %d: %s", code, errb.String())
+	}
+	line := regexp.MustCompile(`tick\s+"0 0 12 \* \* \*"\s+next: (\S+T12:00:00Z), (\S+T12:00:00Z), (\S+T12:00:00Z)`)
+	if !line.MatchString(out.String()) {
+		t.Fatalf("check output:\n%s", out.String())
+	}
+}
+
+func TestCommandRefusesBadInput(t *testing.T) {
+	bad := writeConfig(t, "jobs:\n  - name: tock\n    schedule: \"* *\"\n")
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"check", "-config", bad}, 2, `config.yaml:2: jobs[0].name: no job "tock" is registered; registered: tick`},
+		{[]string{"check", "-config", bad}, 2, `config.yaml:3: jobs[0].schedule: expected 5 or 6 fields, found 2`},
+		{[]string{"run", "-config", bad}, 2, "registered: tick"},
+		{[]string{"check", "-config", "/nonexistent.yaml"}, 2, "no such file"},
+		{[]string{"deploy"}, 2, `unknown command "deploy"`},
+		{[]string{"check", "-config", bad, "extra"}, 2, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		var out, errb bytes.Buffer
+		code := Command(context.Background(), tt.args, ticker("x"), &out, &errb)
+		if code != tt.code || !strings.Contains(errb.String(), tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tt.args, code, errb.String(), tt.code, tt.want)
+		}
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// metricValue reads one sample from Prometheus text, or -1.
+func metricValue(text, sample string) float64 {
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, sample+" ") {
+			v, _ := strconv.ParseFloat(strings.TrimPrefix(line, sample+" "), 64)
+			return v
+		}
+	}
+	return -1
+}
+
+// TestRunServesHealthReadinessAndMetrics runs the worker against a real Redis
+// for a few slots, checks its endpoints and its counters against the slot
+// records, stops it, then checks that status prints those records.
+func TestRunServesHealthReadinessAndMetrics(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	httpAddr := freeAddr(t)
+	prefix := "w" + strconv.Itoa(os.Getpid())
+	path := writeConfig(t, fmt.Sprintf(`replica_id: solo
+redis:
+  addrs: [%q]
+  key_prefix: %s
+lease:
+  ttl: 1s
+http:
+  listen: %q
+shutdown_grace: 1s
+jobs:
+  - name: tick
+    schedule: "@every 1s"
+`, srv.Addr(), prefix, httpAddr))
+	counter := "ticks"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	exit := make(chan int, 1)
+	go func() { exit <- Command(ctx, []string{"run", "-config", path}, ticker(counter), io.Discard, &stderr) }()
+
+	base := "http://" + httpAddr
+	// Up at once; ready once the clock has been measured against Redis.
+	for _, probe := range []string{"/healthz", "/readyz"} {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			code, body := get(t, base+probe)
+			if code == 200 && strings.HasPrefix(body, "ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s = %d %q after 5s; logs:\n%s", probe, code, body, stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// A few slots, then read at 750ms past one: the 500ms runs are over and
+	// the next has not started, so every count below must agree exactly.
+	time.Sleep(time.Until(time.Now().Add(3 * time.Second).Truncate(time.Second).Add(750 * time.Millisecond)))
+
+	rdb := srv.Client()
+	slots, _ := locking.NewSlots(rdb, prefix)
+	recs, err := slots.Records(context.Background(), "tick", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done_ := 0
+	for _, r := range recs {
+		if r.State == locking.StateDone {
+			done_++
+		}
+	}
+	_, text := get(t, base+"/metrics")
+	won := metricValue(text, `slotcron_claims_total{job="tick",outcome="won"}`)
+	runs := metricValue(text, `slotcron_job_duration_seconds_count{job="tick",state="done"}`)
+	ticks, _ := rdb.Get(context.Background(), counter).Float64()
+	if done_ < 2 || won != float64(done_) || runs != float64(done_) || ticks != float64(done_) {
+		t.Fatalf("records say %d done; metrics say %v claims won, %v runs done; the job counted %v\n%s", done_, won, runs, ticks, text)
+	}
+	// Each 500ms run spans at least one renewal round (every 333ms).
+	if renewed := metricValue(text, `slotcron_lease_renewals_total{result="renewed"}`); renewed < float64(done_) {
+		t.Errorf("%v renewals for %d runs of 500ms under a 1s lease", renewed, done_)
+	}
+	for _, name := range []string{"slotcron_dispatch_delay_seconds_count", "slotcron_clock_offset_seconds"} {
+		if !strings.Contains(text, name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+
+	srv.Pause()
+	code, body := get(t, base+"/readyz")
+	srv.Resume()
+	if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "redis:") {
+		t.Fatalf("/readyz with Redis frozen = %d %q, want 503", code, body)
+	}
+
+	cancel()
+	if code := <-exit; code != 0 {
+		t.Fatalf("run exited %d; logs:\n%s", code, stderr.String())
+	}
+	checkStatus(t, path, ticker(counter), slots)
+}
+
+// checkStatus runs status and compares each row with the slot records.
+func checkStatus(t *testing.T, path string, reg Registrar, slots *locking.Slots) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := Command(context.Background(), []string{"status", "-config", path}, reg, &out, &errb); code != 0 {
+		t.Fatalf("status: exit %d: %s", code, errb.String())
+	}
+	recs, err := slots.Records(context.Background(), "tick", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := regexp.MustCompile(`(?m)^  (\S+Z)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)`).FindAllStringSubmatch(out.String(), -1)
+	if len(rows) != len(recs) {
+		t.Fatalf("status printed %d rows, Records has %d:\n%s", len(rows), len(recs), out.String())
+	}
+	for i, r := range recs {
+		want := []string{r.Slot.UTC().Format(time.RFC3339), string(r.State), r.Owner, strconv.Itoa(r.Attempt), strconv.FormatInt(r.Fence, 10)}
+		if strings.Join(rows[i][1:], " ") != strings.Join(want, " ") {
+			t.Fatalf("status row %d = %v, record %v", i, rows[i][1:], want)
+		}
+	}
+}

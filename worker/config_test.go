@@ -1,0 +1,195 @@
+package worker
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+var registered = []string{"lottery", "report"}
+
+const minimal = "jobs:\n  - name: lottery\n    schedule: \"@every 1s\"\n"
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load("config.yaml", []byte(minimal), registered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		ReplicaID:     cfg.ReplicaID,
+		Redis:         RedisConfig{Mode: "single", Addrs: []string{"127.0.0.1:6379"}, KeyPrefix: "slotcron"},
+		Lease:         LeaseConfig{TTL: 15 * time.Second, RenewEvery: 5 * time.Second},
+		Clock:         ClockConfig{WarnSkew: 250 * time.Millisecond, MaxSkew: 2 * time.Second},
+		HTTP:          HTTPConfig{Listen: ":8080"},
+		Tracing:       TracingConfig{Exporter: "none", SampleRatio: 1, ServiceName: "slotcron-worker"},
+		ShutdownGrace: 30 * time.Second,
+		Jobs:          []JobConfig{{Name: "lottery", Schedule: "@every 1s"}},
+	}
+	if cfg.ReplicaID == "" || !reflectEqual(*cfg, want) {
+		t.Fatalf("defaults:\n got  %+v\n want %+v", *cfg, want)
+	}
+	// Zero where zero means something is kept: no HTTP, sample nothing, no grace.
+	cfg, err = Load("config.yaml", []byte("http:\n  listen: \"\"\ntracing:\n  sample_ratio: 0\nshutdown_grace: 0s\n"+minimal), registered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP.Listen != "" || cfg.Tracing.SampleRatio != 0 || cfg.ShutdownGrace != 0 {
+		t.Fatalf("explicit zeros were replaced by defaults: %+v %+v %v", cfg.HTTP, cfg.Tracing, cfg.ShutdownGrace)
+	}
+	// OTLP endpoints default by exporter.
+	cfg, _ = Load("config.yaml", []byte("tracing:\n  exporter: otlp-http\n"+minimal), registered)
+	if cfg.Tracing.Endpoint != "127.0.0.1:4318" {
+		t.Fatalf("otlp-http endpoint %q", cfg.Tracing.Endpoint)
+	}
+}
+
+func TestPasswordFromEnvironment(t *testing.T) {
+	t.Setenv(PasswordEnv, "from-env")
+	cfg, err := Load("config.yaml", []byte("redis:\n  password: from-file\n"+minimal), registered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Redis.Password != "from-env" {
+		t.Fatalf("password %q, want the environment's", cfg.Redis.Password)
+	}
+}
+
+func TestExampleConfigLoads(t *testing.T) {
+	cfg, err := LoadFile(filepath.Join("..", "config.example.yaml"), registered)
+	if err != nil {
+		t.Fatalf("config.example.yaml: %v", err)
+	}
+	if len(cfg.Jobs) != 1 || cfg.Jobs[0].Name != "lottery" {
+		t.Fatalf("jobs %+v", cfg.Jobs)
+	}
+}
+
+// TestValidationMessages pins the message of every problem the config can
+// have, with its line and field path.
+func TestValidationMessages(t *testing.T) {
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(ca, []byte("not a certificate"), 0o600)
+	tests := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"empty file", "", []string{`config.yaml:1: config: the file is empty`}},
+		{"not YAML", "jobs: [\n", []string{`config.yaml:1: config: did not find expected node content`}},
+		{"two documents", minimal + "---\njobs: []\n", []string{`config.yaml:4: config: a second YAML document; the file must hold one`}},
+		{"not a mapping", "- a\n", []string{`config.yaml:1: config: want a mapping of fields, found a list`}},
+		{"unknown field", "replicas: 3\n" + minimal, []string{`config.yaml:1: replicas: unknown field; config has replica_id, redis, lease, clock, http, tracing, shutdown_grace, jobs`}},
+		{"unknown nested field", "lease:\n  tll: 5s\n" + minimal, []string{`config.yaml:2: lease.tll: unknown field; lease has ttl, renew_every`}},
+		{"set twice", "shutdown_grace: 1s\nshutdown_grace: 2s\n" + minimal, []string{`config.yaml:2: shutdown_grace: set twice (first on line 1)`}},
+		{"a string for a list", "redis:\n  addrs: 127.0.0.1:6379\n" + minimal, []string{`config.yaml:2: redis.addrs: want a list, found a str ("127.0.0.1:6379")`}},
+		{"duration without unit", "lease:\n  ttl: 15\n" + minimal, []string{`config.yaml:2: lease.ttl: 15 has no unit; write it as 500ms, 15s or 1h`}},
+		{"not a duration", "lease:\n  ttl: soon\n" + minimal, []string{`config.yaml:2: lease.ttl: "soon" is not a duration; write it as 500ms, 15s or 1h`}},
+		{"not a number", "redis:\n  db: one\n" + minimal, []string{`config.yaml:2: redis.db: "one" is not a whole number`}},
+		{"not a boolean", "redis:\n  tls:\n    enabled: maybe\n" + minimal, []string{`config.yaml:3: redis.tls.enabled: "maybe" is not a boolean (true or false)`}},
+		{"bad mode", "redis:\n  mode: standalone\n" + minimal, []string{`config.yaml:2: redis.mode: must be single, sentinel, cluster or embedded, got "standalone"`}},
+		{"single with two addresses", "redis:\n  addrs: [a:1, b:2]\n" + minimal, []string{`config.yaml:2: redis.addrs: mode single takes one address, found 2`}},
+		{"sentinel without sentinels or master", "redis:\n  mode: sentinel\n" + minimal, []string{
+			`config.yaml:1: redis.addrs: mode sentinel needs the sentinels' addresses`,
+			`config.yaml:1: redis.master_name: mode sentinel needs the master's name`}},
+		{"cluster with a db", "redis:\n  mode: cluster\n  addrs: [a:1]\n  db: 2\n" + minimal, []string{`config.yaml:4: redis.db: Redis Cluster has only database 0`}},
+		{"embedded with addresses", "redis:\n  mode: embedded\n  addrs: [a:1]\n" + minimal, []string{`config.yaml:3: redis.addrs: mode embedded runs its own in-process Redis; remove the addresses`}},
+		{"address without port", "redis:\n  addrs: [localhost]\n" + minimal, []string{`config.yaml:2: redis.addrs[0]: "localhost" is not host:port`}},
+		{"negative db", "redis:\n  db: -1\n" + minimal, []string{`config.yaml:2: redis.db: must be >= 0, got -1`}},
+		{"ca file without tls", "redis:\n  tls:\n    ca_file: " + ca + "\n" + minimal, []string{`config.yaml:3: redis.tls.ca_file: set, but tls.enabled is false`}},
+		{"missing ca file", "redis:\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n" + minimal, []string{`config.yaml:4: redis.tls.ca_file: stat /nonexistent/ca.pem: no such file or directory`}},
+		{"prefix with a brace", "redis:\n  key_prefix: \"a{b\"\n" + minimal, []string{`config.yaml:2: redis.key_prefix: "a{b" must be free of '{', '}' and spaces`}},
+		{"short lease", "lease:\n  ttl: 50ms\n" + minimal, []string{`config.yaml:2: lease.ttl: must be at least 100ms, got 50ms`}},
+		{"slow renewals", "lease:\n  ttl: 6s\n  renew_every: 4s\n" + minimal, []string{`config.yaml:3: lease.renew_every: must be > 0 and at most half of lease.ttl (6s), got 4s`}},
+		{"negative warn skew", "clock:\n  warn_skew: -1s\n" + minimal, []string{`config.yaml:2: clock.warn_skew: must be > 0, got -1s`}},
+		{"max under warn", "clock:\n  warn_skew: 1s\n  max_skew: 500ms\n" + minimal, []string{`config.yaml:3: clock.max_skew: must be >= clock.warn_skew (1s), got 500ms`}},
+		{"bad listen", "http:\n  listen: \"8080\"\n" + minimal, []string{`config.yaml:2: http.listen: "8080" is not host:port (use :8080 for every interface, "" for no HTTP)`}},
+		{"bad exporter", "tracing:\n  exporter: jaeger\n" + minimal, []string{`config.yaml:2: tracing.exporter: must be otlp-grpc, otlp-http, stdout or none, got "jaeger"`}},
+		{"bad sample ratio", "tracing:\n  sample_ratio: 1.5\n" + minimal, []string{`config.yaml:2: tracing.sample_ratio: must be within [0, 1], got 1.5`}},
+		{"negative grace", "shutdown_grace: -1s\n" + minimal, []string{`config.yaml:1: shutdown_grace: must be >= 0, got -1s`}},
+		{"no jobs", "jobs: []\n", []string{`config.yaml:1: jobs: the cron table is empty; registered jobs: lottery, report`}},
+		{"no jobs at all", "replica_id: a\n", []string{`config.yaml:1: jobs: the cron table is empty; registered jobs: lottery, report`}},
+		{"bad job name", "jobs:\n  - name: \"a b\"\n    schedule: \"@daily\"\n", []string{`config.yaml:2: jobs[0].name: jobs: invalid name: "a b" has ' ' at byte 1; use [A-Za-z0-9_.-]`}},
+		{"unregistered job", "jobs:\n  - name: lotery\n    schedule: \"@daily\"\n", []string{`config.yaml:2: jobs[0].name: no job "lotery" is registered; registered: lottery, report`}},
+		{"job twice", minimal + "  - name: lottery\n    schedule: \"@daily\"\n", []string{`config.yaml:4: jobs[1].name: "lottery" is listed twice (also jobs[0])`}},
+		{"bad schedule", "jobs:\n  - name: lottery\n    schedule: \"* * * *\"\n", []string{`config.yaml:3: jobs[0].schedule: expected 5 or 6 fields, found 4`}},
+		{"no schedule", "jobs:\n  - name: lottery\n", []string{`config.yaml:2: jobs[0].schedule: empty schedule`}},
+		{"negative timeout", minimal + "    timeout: -1s\n", []string{`config.yaml:4: jobs[0].timeout: must be >= 0, got -1s`}},
+		{"bad overlap", minimal + "    overlap: queue\n", []string{`config.yaml:4: jobs[0].overlap: must be "skip" or "allow", got "queue"`}},
+		{"negative grace", minimal + "    misfire_grace: -1m\n", []string{`config.yaml:4: jobs[0].misfire_grace: must be > 0, got -1m0s`}},
+		{"bad catchup", minimal + "    catchup: some\n", []string{`config.yaml:4: jobs[0].catchup: must be "none", "last" or "all", got "some"`}},
+		{"negative window", minimal + "    catchup_window: -1h\n", []string{`config.yaml:4: jobs[0].catchup_window: must be > 0, got -1h0m0s`}},
+		{"bad policy", minimal + "    on_owner_lost: panic\n", []string{`config.yaml:4: jobs[0].on_owner_lost: must be "abandon" or "retry", got "panic"`}},
+		{"attempts without retry", minimal + "    max_attempts: 5\n", []string{`config.yaml:4: jobs[0].max_attempts: applies only with on_owner_lost: retry (a slot is attempted once under abandon)`}},
+		{"negative attempts", minimal + "    on_owner_lost: retry\n    max_attempts: -1\n", []string{`config.yaml:5: jobs[0].max_attempts: must be >= 1, got -1`}},
+		{"retention under grace", minimal + "    retention: 30s\n", []string{`config.yaml:4: jobs[0].retention: 30s is shorter than misfire_grace + max_skew (1m0s + 2s)`}},
+		{"retention under window", minimal + "    retention: 30m\n", []string{`config.yaml:4: jobs[0].retention: 30m0s is shorter than catchup_window + max_skew (1h0m0s + 2s)`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load("config.yaml", []byte(tt.yaml), registered)
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("Load = %v, want Errors", err)
+			}
+			if got := strings.Split(err.Error(), "\n"); strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Fatalf("errors:\n got  %q\n want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestEveryProblemAtOnce: one file, many problems, all reported in file order.
+func TestEveryProblemAtOnce(t *testing.T) {
+	yaml := `redis:
+  mode: single
+  adrs: [x]
+lease:
+  ttl: fifteen
+jobs:
+  - name: lotery
+    schedule: "* * * *"
+  - name: lottery
+    schedule: "@every 1s"
+    retention: 10s
+    overlap: queue
+`
+	_, err := Load("config.yaml", []byte(yaml), registered)
+	want := `config.yaml:3: redis.adrs: unknown field; redis has mode, addrs, master_name, username, password, db, tls, key_prefix
+config.yaml:5: lease.ttl: "fifteen" is not a duration; write it as 500ms, 15s or 1h
+config.yaml:7: jobs[0].name: no job "lotery" is registered; registered: lottery, report
+config.yaml:8: jobs[0].schedule: expected 5 or 6 fields, found 4
+config.yaml:11: jobs[1].retention: 10s is shorter than misfire_grace + max_skew (1m0s + 2s)
+config.yaml:12: jobs[1].overlap: must be "skip" or "allow", got "queue"`
+	if err == nil || err.Error() != want {
+		t.Fatalf("errors:\n%v\nwant:\n%s", err, want)
+	}
+}
+
+var errorLine = regexp.MustCompile(`^config\.yaml:[1-9][0-9]*: \S`)
+
+// FuzzConfig: Load never panics, and every error it returns names a line.
+func FuzzConfig(f *testing.F) {
+	example, _ := os.ReadFile(filepath.Join("..", "config.example.yaml"))
+	for _, seed := range []string{"", minimal, string(example), "jobs: [\n", "- a\n", "a: &x [*x]\n",
+		"redis:\n  addrs: {a: b}\n", "jobs:\n  - 3\n", "lease: 5\n", "jobs:\n  - name: lottery\n    schedule: \"CRON_TZ=X 0 0 * * *\"\n"} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, err := Load("config.yaml", data, registered)
+		if err == nil {
+			return
+		}
+		var errs Errors
+		if !errors.As(err, &errs) || len(errs) == 0 {
+			t.Fatalf("Load returned %T %v, want Errors", err, err)
+		}
+		for _, e := range errs {
+			if e.Line < 1 || !errorLine.MatchString(e.Error()) {
+				t.Fatalf("error without a line: %q", e.Error())
+			}
+		}
+	})
+}

@@ -1,0 +1,218 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/locking"
+	"github.com/slotcron/slotcron/scheduler"
+)
+
+// Registrar adds a program's jobs to reg. rdb is the worker's Redis client,
+// for jobs that keep data in Redis; it connects on first use, so register
+// must only keep it, not call it.
+type Registrar func(reg *jobs.Registry, rdb redis.UniversalClient) error
+
+// Main runs the worker's command line with os.Args and exits:
+//
+//	worker [run] -config FILE   run the cron table until SIGTERM or SIGINT
+//	worker check -config FILE   validate the config, print each job's next 3 slots
+//	worker status -config FILE  print each job's lease holder and last 10 slot records
+func Main(register Registrar) {
+	os.Exit(Command(context.Background(), os.Args[1:], register, os.Stdout, os.Stderr))
+}
+
+// Command is Main with its arguments, context and output given: it returns
+// the exit code (0 ok, 1 failure, 2 bad usage or config). When ctx ends, run
+// stops as on a signal.
+func Command(ctx context.Context, args []string, register Registrar, stdout, stderr io.Writer) int {
+	sub := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("worker "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "config.yaml", "the YAML config file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "worker %s: unexpected arguments %q\n", sub, fs.Args())
+		return 2
+	}
+	switch sub {
+	case "run", "check", "status":
+	default:
+		fmt.Fprintf(stderr, "worker: unknown command %q; use run, check or status\n", sub)
+		return 2
+	}
+
+	cfg, rdb, closeRedis, reg, err := setup(*path, register, sub == "check")
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	defer closeRedis()
+	switch sub {
+	case "check":
+		return check(cfg, *path, stdout)
+	case "status":
+		return status(ctx, cfg, rdb, stdout, stderr)
+	}
+	return run(ctx, cfg, rdb, reg, stderr)
+}
+
+// setup loads the config, builds the Redis client and registers the jobs. It
+// reports every problem of the file at once, registration included. check
+// gets a client that never connects.
+func setup(path string, register Registrar, offline bool) (*Config, redis.UniversalClient, func(), *jobs.Registry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("worker: %w", err)
+	}
+	cfg, d, errs := load(path, data)
+	var (
+		rdb        redis.UniversalClient
+		closeRedis = func() {}
+	)
+	if offline || hasErrorUnder(errs, "redis") {
+		rdb = redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"}) // never used: registration only keeps it
+		closeRedis = func() { rdb.Close() }
+	} else if rdb, closeRedis, err = NewRedis(cfg.Redis); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	reg := jobs.NewRegistry()
+	if err := register(reg, rdb); err != nil {
+		closeRedis()
+		return nil, nil, nil, nil, fmt.Errorf("worker: registering jobs: %w", err)
+	}
+	cfg.checkRegistered(d, reg.Names())
+	if len(d.errs) > 0 {
+		closeRedis()
+		sortErrors(d.errs)
+		return nil, nil, nil, nil, d.errs
+	}
+	return cfg, rdb, closeRedis, reg, nil
+}
+
+func hasErrorUnder(errs Errors, prefix string) bool {
+	for _, e := range errs {
+		if e.Path == prefix || strings.HasPrefix(e.Path, prefix+".") {
+			return true
+		}
+	}
+	return false
+}
+
+func check(cfg *Config, path string, out io.Writer) int {
+	fmt.Fprintf(out, "%s: ok: %d jobs, redis %s %s, replica %s\n", path, len(cfg.Jobs), cfg.Redis.Mode,
+		strings.Join(cfg.Redis.Addrs, ","), cfg.ReplicaID)
+	now := time.Now()
+	for _, j := range cfg.Jobs {
+		sched, _ := scheduler.ParseSchedule(j.Schedule)
+		var next []string
+		for t := now; len(next) < 3; {
+			t = sched.Next(t)
+			next = append(next, t.UTC().Format(time.RFC3339))
+		}
+		fmt.Fprintf(out, "%-20s %-24q next: %s\n", j.Name, j.Schedule, strings.Join(next, ", "))
+	}
+	return 0
+}
+
+func run(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *jobs.Registry, stderr io.Writer) int {
+	base := slog.New(slog.NewJSONHandler(stderr, nil))
+	log := base.With("slotcron.replica", cfg.ReplicaID) // the scheduler adds it to its own lines
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(signals)
+	go func() {
+		select {
+		case sig := <-signals:
+			log.Info("stopping: no new claims; running jobs get the shutdown grace", "signal", sig.String(),
+				"shutdown_grace", cfg.ShutdownGrace.String())
+			stop()
+		case <-ctx.Done():
+			return
+		}
+		if sig, ok := <-signals; ok {
+			log.Error("second signal: exiting now, without waiting for running jobs", "signal", sig.String())
+			os.Exit(1)
+		}
+	}()
+
+	tel, err := NewTelemetry(ctx, cfg)
+	if err != nil {
+		log.Error("telemetry", "error", err)
+		return 1
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("flushing telemetry", "error", err)
+		}
+	}()
+	slots, err := locking.NewSlots(rdb, cfg.Redis.KeyPrefix)
+	if err != nil {
+		log.Error("slots", "error", err)
+		return 1
+	}
+	s, err := scheduler.New(slots, reg,
+		scheduler.WithJobs(cfg.SchedulerJobs()...),
+		scheduler.WithReplicaID(cfg.ReplicaID),
+		scheduler.WithLogger(base),
+		scheduler.WithTracerProvider(tel.TracerProvider),
+		scheduler.WithMeterProvider(tel.MeterProvider),
+		scheduler.WithLeaseTTL(cfg.Lease.TTL),
+		scheduler.WithRenewEvery(cfg.Lease.RenewEvery),
+		scheduler.WithSkewLimits(cfg.Clock.WarnSkew, cfg.Clock.MaxSkew),
+		scheduler.WithShutdownGrace(cfg.ShutdownGrace),
+		scheduler.WithKeyPrefix(cfg.Redis.KeyPrefix),
+	)
+	if err != nil {
+		log.Error("scheduler", "error", err)
+		return 1
+	}
+	if cfg.HTTP.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+		if err != nil {
+			log.Error("http", "error", err)
+			return 1
+		}
+		srv := &http.Server{Handler: handler(rdb, s, cfg.Clock.MaxSkew, tel.Metrics), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http", "error", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		}()
+		log.Info("http listening", "addr", ln.Addr().String())
+	}
+	log.Info("worker starting", "jobs", len(cfg.Jobs), "redis", cfg.Redis.Mode, "key_prefix", cfg.Redis.KeyPrefix)
+	if err := s.Run(ctx); err != nil {
+		log.Error("scheduler", "error", err)
+		return 1
+	}
+	return 0
+}
