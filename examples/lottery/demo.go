@@ -1,0 +1,272 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/examples/lottery/lottery"
+	"github.com/slotcron/slotcron/locking"
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/worker"
+)
+
+// demo runs the replicas, prints a line per slot and the verdict.
+func demo(o options) int {
+	sched, err := scheduler.ParseSchedule(o.schedule)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lottery: schedule:", err)
+		return 2
+	}
+	if o.replicas < 1 || o.slots < 1 {
+		fmt.Fprintln(os.Stderr, "lottery: -replicas and -slots must be at least 1")
+		return 2
+	}
+	where := "Redis at " + o.redis
+	if o.redis == "" {
+		addr, stop, err := worker.StartEmbeddedRedis()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "lottery:", err)
+			return 1
+		}
+		defer stop()
+		o.redis, where = addr, "an embedded Redis (miniredis) at "+addr
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: o.redis, DisableIdentity: true})
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		fmt.Fprintf(os.Stderr, "lottery: Redis at %s does not answer: %v\n", o.redis, err)
+		return 1
+	}
+
+	reports := make(chan report, 100)
+	kids, err := startReplicas(o, reports)
+	defer stopReplicas(kids)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lottery:", err)
+		return 1
+	}
+	if err := awaitReady(reports, o.replicas, 30*time.Second); err != nil {
+		fmt.Fprintln(os.Stderr, "lottery:", err)
+		return 1
+	}
+
+	var slots []time.Time
+	for t := time.Now(); len(slots) < o.slots; {
+		t = sched.Next(t)
+		slots = append(slots, t)
+	}
+	fmt.Printf("lottery: %d replicas, each a process, on %s; schedule %q; %d slots from %s\n",
+		o.replicas, where, o.schedule, o.slots, slots[0].Format(time.TimeOnly))
+	l := lottery.New(rdb, "lottery")
+	seen := collect(ctx, reports, slots, o.replicas, l)
+	stopReplicas(kids)
+
+	return verdict(ctx, rdb, l, slots, seen)
+}
+
+type kid struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	done  chan struct{}
+}
+
+func startReplicas(o options, reports chan<- report) ([]*kid, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var kids []*kid
+	for i := 1; i <= o.replicas; i++ {
+		args := []string{"-role", "replica", "-replica-id", fmt.Sprintf("replica-%d", i), "-redis", o.redis, "-schedule", o.schedule}
+		if o.jaeger != "" {
+			args = append(args, "-jaeger", o.jaeger)
+		}
+		if o.verbose {
+			args = append(args, "-v")
+		}
+		cmd := exec.Command(exe, args...)
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return kids, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return kids, err
+		}
+		if err := cmd.Start(); err != nil {
+			return kids, fmt.Errorf("start replica %d: %w", i, err)
+		}
+		k := &kid{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		kids = append(kids, k)
+		go func() {
+			defer close(k.done)
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				var r report
+				if json.Unmarshal(sc.Bytes(), &r) == nil {
+					reports <- r
+				}
+			}
+		}()
+	}
+	return kids, nil
+}
+
+// stopReplicas closes their stdin (they stop gracefully) and waits; a
+// replica that does not stop within 15s is killed.
+func stopReplicas(kids []*kid) {
+	for _, k := range kids {
+		if k.stdin != nil {
+			k.stdin.Close()
+			k.stdin = nil
+		}
+	}
+	for _, k := range kids {
+		select {
+		case <-k.done:
+		case <-time.After(15 * time.Second):
+			k.cmd.Process.Kill()
+			<-k.done
+		}
+		k.cmd.Wait()
+	}
+}
+
+func awaitReady(reports <-chan report, n int, within time.Duration) error {
+	deadline := time.After(within)
+	ready := map[string]bool{}
+	for len(ready) < n {
+		select {
+		case r := <-reports:
+			if r.Event == "ready" {
+				ready[r.Replica] = true
+			}
+		case <-deadline:
+			return fmt.Errorf("only %d of %d replicas started within %v", len(ready), n, within)
+		}
+	}
+	return nil
+}
+
+// slotView is what the replicas reported for one slot.
+type slotView struct {
+	winner string
+	fence  int64
+	lost   []string
+	other  []string // outcomes besides won and lost
+}
+
+// collect prints a line for each slot once every replica has reported on it,
+// and returns what they reported.
+func collect(ctx context.Context, reports <-chan report, slots []time.Time, n int, l *lottery.Lottery) map[int64]*slotView {
+	want := map[int64]bool{}
+	for _, s := range slots {
+		want[s.Unix()] = true
+	}
+	seen := map[int64]*slotView{}
+	counts := map[int64]int{}
+	next := 0
+	deadline := time.After(time.Until(slots[len(slots)-1]) + 30*time.Second)
+	for next < len(slots) {
+		select {
+		case r := <-reports:
+			t, err := time.Parse(time.RFC3339, r.Slot)
+			if r.Event != "slot" || err != nil || !want[t.Unix()] {
+				continue
+			}
+			v := seen[t.Unix()]
+			if v == nil {
+				v = &slotView{}
+				seen[t.Unix()] = v
+			}
+			switch r.Outcome {
+			case "won":
+				v.winner, v.fence = r.Replica, r.Fence
+			case "lost":
+				v.lost = append(v.lost, r.Replica)
+			default:
+				v.other = append(v.other, r.Replica+": "+r.Outcome)
+			}
+			counts[t.Unix()]++
+			for next < len(slots) && counts[slots[next].Unix()] >= n {
+				printSlot(ctx, slots[next], seen[slots[next].Unix()], l)
+				next++
+			}
+		case <-deadline:
+			for ; next < len(slots); next++ {
+				printSlot(ctx, slots[next], seen[slots[next].Unix()], l)
+			}
+		}
+	}
+	return seen
+}
+
+func printSlot(ctx context.Context, slot time.Time, v *slotView, l *lottery.Lottery) {
+	if v == nil {
+		v = &slotView{}
+	}
+	slices.Sort(v.lost)
+	winners := "no draw"
+	if w, ok, err := l.Winners(ctx, slot.Unix()); err == nil && ok {
+		winners = strings.Join(w[:min(3, len(w))], ", ") + fmt.Sprintf(", ... (%d)", len(w))
+	}
+	winner := v.winner
+	if winner == "" {
+		winner = "none"
+	}
+	line := fmt.Sprintf("%s  winner %-10s lost %-22s fence %-3d winners %s", slot.Format(time.TimeOnly), winner,
+		strings.Join(v.lost, ", "), v.fence, winners)
+	if len(v.other) > 0 {
+		line += "  (" + strings.Join(v.other, "; ") + ")"
+	}
+	fmt.Println(line)
+}
+
+// verdict checks the draws list itself: each slot must have exactly one
+// draw. A slot without one is explained from its slot record.
+func verdict(ctx context.Context, rdb redis.UniversalClient, l *lottery.Lottery, slots []time.Time, seen map[int64]*slotView) int {
+	draws, err := l.Draws(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lottery:", err)
+		return 1
+	}
+	per := map[int64]int{}
+	for _, d := range draws {
+		per[d.Slot]++
+	}
+	drawn, dupes, missed := 0, 0, 0
+	records, _ := locking.NewSlots(rdb, "slotcron")
+	for _, s := range slots {
+		switch n := per[s.Unix()]; {
+		case n == 0:
+			missed++
+			why := "no slot record"
+			if rec, ok, err := records.Record(ctx, lottery.Name, s); err == nil && ok {
+				why = fmt.Sprintf("record: %s %s", rec.State, rec.Error)
+			}
+			fmt.Printf("%s  no draw (%s)\n", s.Format(time.TimeOnly), why)
+		case n > 1:
+			drawn++
+			dupes++
+		default:
+			drawn++
+		}
+	}
+	fmt.Printf("%d slots, %d draws, %d duplicate draws, %d missed\n", len(slots), drawn, dupes, missed)
+	if drawn != len(slots) || dupes > 0 || missed > 0 {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,146 @@
+// Package lottery is the noon lottery: a job that must draw its winners once
+// per slot, however many replicas run it.
+//
+// Each run draws 10 distinct winners from the set lottery:participants (it
+// seeds 1000 demo users when the set is empty) and stores the draw, in one
+// script, in the hash lottery:draw:<slot unix> (winners, replica, fence) and
+// as one JSON line in the list lottery:draws. The script refuses a fence
+// lower than the highest fence already written: a replica that was paused
+// past its lease and wakes up cannot overwrite a newer draw. That is the
+// fencing that makes the lock safe; the lock alone cannot.
+package lottery
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/jobs"
+)
+
+// Name is the job's name in the cron table.
+const Name = "lottery"
+
+// Winners is how many winners a draw picks.
+const Winners = 10
+
+// ErrStaleFence is what a draw returns when a newer owner has written since
+// its lease was granted: the draw is refused and nothing changes.
+var ErrStaleFence = errors.New("lottery: stale fence: a newer owner has written since")
+
+//go:embed write_draw.lua
+var writeDrawSrc string
+
+var writeDraw = redis.NewScript(writeDrawSrc)
+
+// Lottery draws winners into Redis under a key prefix ("lottery" by default,
+// so the keys are lottery:participants, lottery:draw:<slot>, lottery:draws
+// and lottery:fence). On a Redis Cluster use a prefix with a hash tag, such
+// as "{lottery}", so that the write script's keys share a slot.
+type Lottery struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// New returns the lottery on rdb, with keys under prefix.
+func New(rdb redis.UniversalClient, prefix string) *Lottery {
+	return &Lottery{rdb: rdb, prefix: prefix}
+}
+
+// Register adds the lottery, with the default prefix, to reg under Name. It
+// has the shape of worker.Registrar.
+func Register(reg *jobs.Registry, rdb redis.UniversalClient) error {
+	return reg.Register(Name, New(rdb, "lottery").Draw)
+}
+
+// Key returns the lottery's key for name: prefix:name.
+func (l *Lottery) Key(name string) string { return l.prefix + ":" + name }
+
+// DrawKey returns the key of one slot's draw.
+func (l *Lottery) DrawKey(slot int64) string { return l.Key("draw:" + strconv.FormatInt(slot, 10)) }
+
+// Entry is one line of the draws list.
+type Entry struct {
+	Slot    int64    `json:"slot"`
+	Replica string   `json:"replica"`
+	Fence   int64    `json:"fence"`
+	Winners []string `json:"winners"`
+}
+
+// Draw is the job: it draws the winners of run.Slot and writes them fenced
+// by run.Fence. It returns ErrStaleFence when a newer owner has written.
+func (l *Lottery) Draw(ctx context.Context, run jobs.Run) error {
+	participants := l.Key("participants")
+	n, err := l.rdb.SCard(ctx, participants).Result()
+	if err != nil {
+		return fmt.Errorf("lottery: %w", err)
+	}
+	if n == 0 {
+		users := make([]any, 1000)
+		for i := range users {
+			users[i] = fmt.Sprintf("user-%04d", i+1)
+		}
+		if err := l.rdb.SAdd(ctx, participants, users...).Err(); err != nil {
+			return fmt.Errorf("lottery: seed participants: %w", err)
+		}
+	}
+	winners, err := l.rdb.SRandMemberN(ctx, participants, Winners).Result()
+	if err != nil {
+		return fmt.Errorf("lottery: draw: %w", err)
+	}
+	return l.Write(ctx, Entry{Slot: run.Slot.Unix(), Replica: run.Replica, Fence: run.Fence, Winners: winners})
+}
+
+// Write stores a draw, fenced: see the package doc. A slot that already has
+// a draw keeps it, and Write returns nil.
+func (l *Lottery) Write(ctx context.Context, e Entry) error {
+	line, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	res, err := writeDraw.Run(ctx, l.rdb, []string{l.Key("fence"), l.DrawKey(e.Slot), l.Key("draws")},
+		e.Fence, strings.Join(e.Winners, ","), e.Replica, string(line)).Slice()
+	if err != nil {
+		return fmt.Errorf("lottery: write draw of slot %d: %w", e.Slot, err)
+	}
+	if len(res) > 0 && res[0] == "stale" {
+		return fmt.Errorf("%w (fence %d, newest written %v)", ErrStaleFence, e.Fence, res[1])
+	}
+	return nil
+}
+
+// Winners returns the winners of one slot's draw; ok is false when the slot
+// has no draw.
+func (l *Lottery) Winners(ctx context.Context, slot int64) (winners []string, ok bool, err error) {
+	h, err := l.rdb.HGet(ctx, l.DrawKey(slot), "winners").Result()
+	if err == redis.Nil {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("lottery: %w", err)
+	}
+	return strings.Split(h, ","), true, nil
+}
+
+// Draws returns every entry of the draws list.
+func (l *Lottery) Draws(ctx context.Context) ([]Entry, error) {
+	lines, err := l.rdb.LRange(ctx, l.Key("draws"), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("lottery: %w", err)
+	}
+	out := make([]Entry, 0, len(lines))
+	for _, line := range lines {
+		var e Entry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			return nil, fmt.Errorf("lottery: draws list holds %q: %w", line, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
