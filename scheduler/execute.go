@@ -24,7 +24,7 @@ func (r *runner) start(j *jobState, lease *locking.SlotLease, catchup bool, sctx
 	r.jobsWG.Add(1)
 	go func() {
 		defer r.jobsWG.Done()
-		r.execute(j, lease, runCtx, runSpan, slotSpan)
+		r.execute(j, lease, sctx, runCtx, runSpan, slotSpan)
 		if catchup {
 			r.post(func() { r.nextCatchup(r.clock.Now(), j) })
 		}
@@ -33,13 +33,23 @@ func (r *runner) start(j *jobState, lease *locking.SlotLease, catchup bool, sctx
 
 // execute runs the job under a context that ends on timeout, on shutdown
 // (after the grace) or on lease loss, and records the outcome.
-func (r *runner) execute(j *jobState, lease *locking.SlotLease, runCtx context.Context, runSpan, slotSpan trace.Span) {
+func (r *runner) execute(j *jobState, lease *locking.SlotLease, sctx, runCtx context.Context, runSpan, slotSpan trace.Span) {
 	run := jobs.Run{Job: j.Name, Slot: lease.Slot(), Attempt: lease.Attempt(), Fence: lease.Fence(),
 		Replica: r.s.cfg.replica, Token: lease.Token()}
 	log := r.log.With("slotcron.job", j.Name, "slotcron.slot", run.Slot.UTC().Format(time.RFC3339),
 		"slotcron.fence", run.Fence, "slotcron.attempt", run.Attempt)
 	r.s.tel.dispatched(j.Name, r.clock.Now().Sub(run.Slot))
 
+	// Record a loss when it happens, whatever ended the lease: a failed token
+	// check, or the TTL running out while renewals hang.
+	lossRecorded := make(chan struct{})
+	stopWatch := context.AfterFunc(lease.Context(), func() {
+		defer close(lossRecorded)
+		if cause := context.Cause(lease.Context()); errors.Is(cause, locking.ErrLeaseLost) {
+			r.s.tel.lost(runCtx, lease, cause)
+			log.Error("lease lost: the job's context is cancelled", "error", cause)
+		}
+	})
 	ctx, cancel := context.WithCancelCause(lease.Context())
 	defer cancel(nil)
 	stop := context.AfterFunc(r.killCtx, func() { cancel(ErrShutdown) })
@@ -55,6 +65,9 @@ func (r *runner) execute(j *jobState, lease *locking.SlotLease, runCtx context.C
 	began := time.Now()
 	err := call(ctx, j.fn, run)
 	took := time.Since(began)
+	if !stopWatch() {
+		<-lossRecorded // a loss is on the run span before it ends
+	}
 	r.renew.remove(lease)
 
 	state, text := outcome(err, ctx, lease, j.OnOwnerLost)
@@ -69,7 +82,7 @@ func (r *runner) execute(j *jobState, lease *locking.SlotLease, runCtx context.C
 		return
 	}
 	r.s.tel.ran(j.Name, string(state), took)
-	ferr := r.finish(runCtx, lease, state, text)
+	ferr := r.finish(sctx, lease, state, text) // lock.finish is job.run's sibling under the slot span
 	switch {
 	case ferr == nil:
 		log.Info("job finished", "state", string(state), "took", took.String(), "error", text)

@@ -283,7 +283,7 @@ func (r *runner) refuse(now time.Time, batch []*pending, offset time.Duration) {
 			r.log.Error("refusing to claim: this replica's clock is off by more than max_skew",
 				"slotcron.job", p.job.Name, "slotcron.slot", p.claim.Slot.UTC().Format(time.RFC3339),
 				"slotcron.outcome", "refused_skew", "offset", offset.String(), "max_skew", r.s.cfg.maxSkew.String())
-			_, span := r.s.tel.startSlot(context.Background(), p.job.Name, p.claim.Slot)
+			_, span := r.s.tel.startSlot(context.Background(), "slot", p.job.Name, p.claim.Slot)
 			r.s.tel.endSlot(span, p.job.Name, outcomeRefusedSkew, "", 0, 0, nil)
 			continue
 		}
@@ -299,7 +299,11 @@ func (r *runner) send(ctx context.Context, batch []*pending) {
 	ctxs := make([]context.Context, len(batch))
 	for i, p := range batch {
 		claims[i] = p.claim
-		ctxs[i], spans[i] = r.s.tel.startSlot(ctx, p.job.Name, p.claim.Slot)
+		name := "slot"
+		if p.claim.Kind == locking.ClaimTakeover {
+			name = "slot.watch"
+		}
+		ctxs[i], spans[i] = r.s.tel.startSlot(ctx, name, p.job.Name, p.claim.Slot)
 	}
 	claimSpans := r.s.tel.startClaims(ctxs)
 	cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)

@@ -6,6 +6,11 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/locking"
@@ -28,6 +33,26 @@ func untilCancelled(e *env, key string, out chan<- ended) jobs.Func {
 		out <- ended{run, time.Now(), context.Cause(ctx)}
 		return err
 	}
+}
+
+// counter sums an Int64 counter collected by reader.
+func counter(t *testing.T, reader sdkmetric.Reader, name string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
+				for _, dp := range sum.DataPoints {
+					total += dp.Value
+				}
+			}
+		}
+	}
+	return total
 }
 
 // waitFor polls cond every 10ms for up to d.
@@ -61,8 +86,13 @@ func TestOwnerLoss(t *testing.T) {
 			reg := func() *jobs.Registry { return registry(t, map[string]jobs.Func{"long": untilCancelled(e, key, out)}) }
 			grace := scheduler.WithShutdownGrace(100 * time.Millisecond)
 
-			// The winner starts alone, through the proxy, and takes a slot.
-			e.start("winner", proxy.Addr(), reg(), []scheduler.Job{job}, grace)
+			// The winner starts alone, through the proxy, and takes a slot. Its
+			// spans and metrics are kept in memory.
+			spans := tracetest.NewSpanRecorder()
+			metrics := sdkmetric.NewManualReader()
+			e.start("winner", proxy.Addr(), reg(), []scheduler.Job{job}, grace,
+				scheduler.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))),
+				scheduler.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))))
 			waitFor(t, 5*time.Second, "the winner started no run", func() bool { return len(e.starts(key)) == 1 })
 			first := e.starts(key)[0]
 			// The others start; the run holds the job, so they skip and watch it.
@@ -85,6 +115,21 @@ func TestOwnerLoss(t *testing.T) {
 			}
 			if took > ttl {
 				t.Fatalf("the job's context ended %v after the freeze, more than one lease TTL (%v)", took, ttl)
+			}
+			// The loss is on the run's span and in the metrics, though no
+			// renewal ever answered: the TTL ran out locally.
+			waitFor(t, 2*time.Second, "no job.run span with a lease.lost event", func() bool {
+				for _, s := range spans.Ended() {
+					for _, ev := range s.Events() {
+						if s.Name() == "job.run" && ev.Name == "lease.lost" {
+							return true
+						}
+					}
+				}
+				return false
+			})
+			if n := counter(t, metrics, "slotcron.lease_lost"); n != 1 {
+				t.Fatalf("slotcron.lease_lost = %d, want 1", n)
 			}
 
 			switch policy {

@@ -6,6 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/slotcron/slotcron/locking"
 )
 
@@ -96,13 +99,12 @@ func (rn *renewer) renewAll(ctx context.Context) bool {
 			rn.mu.Unlock()
 			rn.s.tel.renewed(hs[i].ctx, l, n)
 		case errors.Is(err, locking.ErrLeaseLost):
-			rn.remove(l)
-			rn.s.tel.lost(hs[i].ctx, l, err)
-			rn.s.log.Error("lease lost: the job's context is cancelled", "slotcron.job", l.Job(),
-				"slotcron.slot", l.Slot().UTC().Format(time.RFC3339), "slotcron.replica", rn.s.cfg.replica, "error", err)
+			rn.remove(l) // the run records the loss itself
+			rn.s.tel.renewal("lost")
 		default:
 			ok = false
-			rn.s.tel.renewFailed(hs[i].ctx, err)
+			rn.s.tel.renewal("failed")
+			trace.SpanFromContext(hs[i].ctx).AddEvent("lease.renew_failed", trace.WithAttributes(attribute.String("error", err.Error())))
 			rn.s.log.Warn("lease renewal failed; retrying until its TTL would run out", "slotcron.job", l.Job(),
 				"slotcron.slot", l.Slot().UTC().Format(time.RFC3339), "error", err, "valid_until", l.Deadline().Format(time.RFC3339Nano))
 		}

@@ -79,10 +79,12 @@ func newTelemetry(cfg config) (*telemetry, error) {
 	return t, nil
 }
 
-// startSlot starts this replica's root span for a slot, in the slot's trace.
-func (t *telemetry) startSlot(ctx context.Context, job string, slot time.Time) (context.Context, trace.Span) {
+// startSlot starts this replica's root span for a slot, in the slot's trace:
+// "slot" for a claim, "slot.watch" for a check on a running slot whose owner
+// may be gone.
+func (t *telemetry) startSlot(ctx context.Context, name, job string, slot time.Time) (context.Context, trace.Span) {
 	ctx = context.WithValue(ctx, slotTraceKey{}, slotRef{t.prefix, job, slot})
-	return t.tracer.Start(ctx, "slot", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
+	return t.tracer.Start(ctx, name, trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attrJob.String(job), attrSlot.String(slot.UTC().Format(time.RFC3339)), attrReplica.String(t.replica)))
 }
 
@@ -174,25 +176,25 @@ func (t *telemetry) endFinish(span trace.Span, state locking.SlotState, err erro
 	span.End()
 }
 
+// renewal counts a renewal by result: renewed, lost or failed.
+func (t *telemetry) renewal(result string) {
+	t.renewals.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", result)))
+}
+
 // renewed counts a renewal; the run span gets a lease.renewed event on the
 // 1st, 2nd, 4th, 8th... renewal, so a long run's span stays small.
 func (t *telemetry) renewed(ctx context.Context, l *locking.SlotLease, n int) {
-	t.renewals.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", "renewed")))
+	t.renewal("renewed")
 	if n&(n-1) == 0 {
 		trace.SpanFromContext(ctx).AddEvent("lease.renewed", trace.WithAttributes(
 			attribute.Int("slotcron.renewal", n), attribute.String("slotcron.valid_until", l.Deadline().Format(time.RFC3339Nano))))
 	}
 }
 
+// lost counts a lease lost mid-run and marks the run span.
 func (t *telemetry) lost(ctx context.Context, l *locking.SlotLease, cause error) {
-	t.renewals.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", "lost")))
 	t.losses.Add(context.Background(), 1, metric.WithAttributes(attribute.String("job", l.Job())))
 	trace.SpanFromContext(ctx).AddEvent("lease.lost", trace.WithAttributes(attribute.String("slotcron.cause", cause.Error())))
-}
-
-func (t *telemetry) renewFailed(ctx context.Context, err error) {
-	t.renewals.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", "failed")))
-	trace.SpanFromContext(ctx).AddEvent("lease.renew_failed", trace.WithAttributes(attribute.String("error", err.Error())))
 }
 
 func (t *telemetry) offset(d time.Duration) {
