@@ -1,0 +1,270 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+
+	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/scheduler"
+)
+
+// collector is an in-process OTLP/gRPC trace receiver: the collector's trace
+// service, keeping every span it is sent with its resource's replica.
+type collector struct {
+	collectortrace.UnimplementedTraceServiceServer
+	addr  string
+	mu    sync.Mutex
+	spans []received
+}
+
+type received struct {
+	instance, service string
+	span              *tracepb.Span
+}
+
+func startCollector(t *testing.T) *collector {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collector{addr: l.Addr().String()}
+	srv := grpc.NewServer()
+	collectortrace.RegisterTraceServiceServer(srv, c)
+	go srv.Serve(l)
+	t.Cleanup(srv.Stop)
+	return c
+}
+
+func (c *collector) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rs := range req.ResourceSpans {
+		instance := attr(rs.GetResource().GetAttributes(), "service.instance.id")
+		service := attr(rs.GetResource().GetAttributes(), "service.name")
+		for _, ss := range rs.ScopeSpans {
+			for _, s := range ss.Spans {
+				c.spans = append(c.spans, received{instance, service, s})
+			}
+		}
+	}
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+func (c *collector) received() []received {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]received(nil), c.spans...)
+}
+
+func attr(kvs []*commonpb.KeyValue, key string) string {
+	for _, kv := range kvs {
+		if kv.Key == key {
+			switch v := kv.Value.Value.(type) {
+			case *commonpb.AnyValue_StringValue:
+				return v.StringValue
+			case *commonpb.AnyValue_IntValue:
+				return strconv.FormatInt(v.IntValue, 10)
+			}
+		}
+	}
+	return ""
+}
+
+// group runs replicas of the tick job, exporting their traces to a collector.
+type group struct {
+	collector *collector
+	prefix    string
+	cancel    context.CancelFunc
+	exits     chan int
+	stderr    []*syncBuffer
+}
+
+func startGroup(t *testing.T, srv *redistest.Server, name string, replicas int, ratio float64) *group {
+	g := &group{collector: startCollector(t), prefix: "tr" + name + strconv.Itoa(os.Getpid()), exits: make(chan int, replicas)}
+	ctx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	for r := 1; r <= replicas; r++ {
+		path := writeConfig(t, fmt.Sprintf(`replica_id: %s-r%d
+redis:
+  addrs: [%q]
+  key_prefix: %s
+lease:
+  ttl: 1s
+http:
+  listen: ""
+tracing:
+  exporter: otlp-grpc
+  endpoint: %s
+  sample_ratio: %v
+  service_name: slotcron-test
+shutdown_grace: 2s
+jobs:
+  - name: tick
+    schedule: "@every 1s"
+`, name, r, srv.Addr(), g.prefix, g.collector.addr, ratio))
+		var stderr syncBuffer
+		g.stderr = append(g.stderr, &stderr)
+		go func() {
+			g.exits <- Command(ctx, []string{"run", "-config", path}, ticker(g.prefix+":ticks"), io.Discard, &stderr)
+		}()
+	}
+	return g
+}
+
+// stop stops the replicas; they flush their spans before Command returns.
+func (g *group) stop(t *testing.T) {
+	g.cancel()
+	for range g.stderr {
+		if code := <-g.exits; code != 0 {
+			var logs bytes.Buffer
+			for _, s := range g.stderr {
+				logs.WriteString(s.String())
+			}
+			t.Fatalf("a replica exited %d:\n%s", code, logs.String())
+		}
+	}
+}
+
+// slotSpans groups the collected "slot" spans by slot.
+func slotSpans(spans []received) map[string][]received {
+	out := map[string][]received{}
+	for _, r := range spans {
+		if r.span.Name == "slot" {
+			slot := attr(r.span.Attributes, "slotcron.slot")
+			out[slot] = append(out[slot], r)
+		}
+	}
+	return out
+}
+
+// TestTracesAcrossReplicas runs two groups of 3 replicas side by side, each
+// exporting over OTLP/gRPC to its own in-process collector. With every slot
+// sampled, each slot must be one trace holding all 3 replicas' slot spans,
+// one won and two lost naming the winner. With half sampled, each slot must
+// be exported by all 3 replicas or by none, as the trace-ID sampler decides.
+func TestTracesAcrossReplicas(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	full := startGroup(t, srv, "full", 3, 1)
+	half := startGroup(t, srv, "half", 3, 0.5)
+	first := time.Now().Add(1500 * time.Millisecond).Truncate(time.Second).Add(time.Second)
+	const fullSlots, halfSlots = 5, 16
+	sleepUntil := func(t time.Time) { time.Sleep(time.Until(t)) }
+	sleepUntil(first.Add(fullSlots*time.Second + 700*time.Millisecond)) // the 500ms runs of the last slot are over
+	full.stop(t)
+	sleepUntil(first.Add(halfSlots*time.Second + 700*time.Millisecond))
+	half.stop(t)
+
+	t.Run("one trace per slot", func(t *testing.T) {
+		spans := full.collector.received()
+		bySlot := slotSpans(spans)
+		byID := map[string]received{}
+		for _, r := range spans {
+			byID[hex.EncodeToString(r.span.SpanId)] = r
+		}
+		for i := range fullSlots {
+			slot := first.Add(time.Duration(i) * time.Second)
+			ss := bySlot[slot.UTC().Format(time.RFC3339)]
+			if len(ss) != 3 {
+				t.Fatalf("slot %s: %d slot spans, want 3 (one per replica)", slot.Format(time.TimeOnly), len(ss))
+			}
+			want := scheduler.SlotTraceID(full.prefix, "tick", slot)
+			var winner string
+			lost, replicas, spanIDs := 0, map[string]bool{}, map[string]bool{}
+			for _, r := range ss {
+				if got := trace.TraceID(r.span.TraceId); got != want {
+					t.Errorf("slot %s: replica %s's trace %s, want %s (derived from the slot)", slot.Format(time.TimeOnly), r.instance, got, want)
+				}
+				if r.service != "slotcron-test" || attr(r.span.Attributes, "slotcron.replica") != r.instance {
+					t.Errorf("span resource %s/%s, attribute replica %s", r.service, r.instance, attr(r.span.Attributes, "slotcron.replica"))
+				}
+				replicas[r.instance] = true
+				spanIDs[hex.EncodeToString(r.span.SpanId)] = true
+				switch attr(r.span.Attributes, "slotcron.outcome") {
+				case "won":
+					winner = r.instance
+				case "lost":
+					lost++
+				}
+			}
+			if winner == "" || lost != 2 || len(replicas) != 3 || len(spanIDs) != 3 {
+				t.Fatalf("slot %s: winner %q, %d lost, %d replicas, %d span IDs; want one winner, 2 lost, 3 replicas with their own span IDs",
+					slot.Format(time.TimeOnly), winner, lost, len(replicas), len(spanIDs))
+			}
+			for _, r := range ss {
+				if o := attr(r.span.Attributes, "slotcron.outcome"); o == "lost" && attr(r.span.Attributes, "slotcron.holder") != winner {
+					t.Errorf("slot %s: %s lost to %q, but %s won", slot.Format(time.TimeOnly), r.instance, attr(r.span.Attributes, "slotcron.holder"), winner)
+				}
+			}
+		}
+		// The winner's slot spans have lock.claim, job.run (with renewals)
+		// and lock.finish under them; the losers' have lock.claim.
+		children := map[string]map[string]int{}
+		renewed := 0
+		for _, r := range spans {
+			parent := byID[hex.EncodeToString(r.span.ParentSpanId)]
+			if parent.span == nil || parent.span.Name != "slot" {
+				continue
+			}
+			o := attr(parent.span.Attributes, "slotcron.outcome")
+			if children[o] == nil {
+				children[o] = map[string]int{}
+			}
+			children[o][r.span.Name]++
+			for _, ev := range r.span.Events {
+				if r.span.Name == "job.run" && ev.Name == "lease.renewed" {
+					renewed++
+				}
+			}
+		}
+		if children["won"]["lock.claim"] < fullSlots || children["won"]["job.run"] < fullSlots || children["won"]["lock.finish"] < fullSlots ||
+			children["lost"]["lock.claim"] < 2*fullSlots || children["lost"]["job.run"] != 0 {
+			t.Fatalf("child spans by parent outcome: %v", children)
+		}
+		if renewed < fullSlots {
+			t.Fatalf("%d lease.renewed events on %d runs of 500ms under a 1s lease", renewed, fullSlots)
+		}
+	})
+
+	t.Run("sampling keeps or drops whole slots", func(t *testing.T) {
+		bySlot := slotSpans(half.collector.received())
+		sampler := sdktrace.TraceIDRatioBased(0.5)
+		kept, dropped := 0, 0
+		for i := range halfSlots {
+			slot := first.Add(time.Duration(i) * time.Second)
+			id := scheduler.SlotTraceID(half.prefix, "tick", slot)
+			want := 0
+			if sampler.ShouldSample(sdktrace.SamplingParameters{TraceID: id}).Decision == sdktrace.RecordAndSample {
+				want = 3
+			}
+			got := len(bySlot[slot.UTC().Format(time.RFC3339)])
+			if got != want {
+				t.Errorf("slot %s (trace %s): %d replicas exported it, want %d", slot.Format(time.TimeOnly), id, got, want)
+			}
+			if want == 3 {
+				kept++
+			} else {
+				dropped++
+			}
+		}
+		t.Logf("sample_ratio 0.5 over %d slots: %d kept whole, %d dropped whole", halfSlots, kept, dropped)
+		if kept == 0 || dropped == 0 {
+			t.Fatalf("%d kept, %d dropped: the run shows nothing about sampling; rerun", kept, dropped)
+		}
+	})
+}
