@@ -70,9 +70,13 @@ func demo(o options) int {
 		o.replicas, where, o.schedule, o.slots, slots[0].Format(time.TimeOnly))
 	l := lottery.New(rdb, "lottery")
 	seen := collect(ctx, reports, slots, o.replicas, l)
-	stopReplicas(kids)
+	stopReplicas(kids) // they flush their spans as they stop
 
-	return verdict(ctx, rdb, l, slots, seen)
+	code := verdict(ctx, rdb, l, slots, seen)
+	if o.jaeger != "" {
+		showTraces(ctx, jaegerUI(o.jaeger), slots)
+	}
+	return code
 }
 
 type kid struct {

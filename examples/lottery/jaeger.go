@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/slotcron/slotcron/examples/lottery/lottery"
+	"github.com/slotcron/slotcron/scheduler"
+)
+
+// jaegerTrace is the part of Jaeger's /api/traces/{id} answer the demo reads.
+type jaegerTrace struct {
+	Data []struct {
+		Spans []struct {
+			SpanID        string `json:"spanID"`
+			OperationName string `json:"operationName"`
+			ProcessID     string `json:"processID"`
+			References    []struct {
+				SpanID string `json:"spanID"`
+			} `json:"references"`
+			Tags []struct {
+				Key   string `json:"key"`
+				Value any    `json:"value"`
+			} `json:"tags"`
+		} `json:"spans"`
+	} `json:"data"`
+}
+
+// jaegerUI guesses the UI's address from the OTLP one: same host, port 16686.
+func jaegerUI(otlp string) string {
+	host, _, err := net.SplitHostPort(otlp)
+	if err != nil {
+		host = otlp
+	}
+	return "http://" + net.JoinHostPort(host, "16686")
+}
+
+// showTraces reads each slot's trace back from Jaeger, as its UI does, and
+// prints what it holds: every replica's slot span, its outcome and holder.
+// The trace ID is derived from the slot: no search is needed.
+func showTraces(ctx context.Context, ui string, slots []time.Time) {
+	fmt.Printf("Jaeger (%s) holds one trace per slot:\n", ui)
+	client := &http.Client{Timeout: 5 * time.Second}
+	for _, s := range slots {
+		id := scheduler.SlotTraceID("slotcron", lottery.Name, s).String()
+		var tr jaegerTrace
+		var spans []string
+		// Spans arrive in batches; give the last ones a moment.
+		for try := 0; try < 10; try++ {
+			req, _ := http.NewRequestWithContext(ctx, "GET", ui+"/api/traces/"+id, nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				fmt.Printf("  cannot read %s from Jaeger: %v\n", id, err)
+				return
+			}
+			tr = jaegerTrace{}
+			json.NewDecoder(resp.Body).Decode(&tr)
+			resp.Body.Close()
+			spans = summarize(tr)
+			if len(spans) > 0 && !slices.ContainsFunc(spans, func(x string) bool { return strings.Contains(x, "won") && !strings.Contains(x, "lock.finish") }) {
+				break
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		if len(spans) == 0 {
+			spans = []string{"no spans (sampled out, or not exported yet)"}
+		}
+		fmt.Printf("%s  trace %s  %s\n          %s/trace/%s\n", s.Format(time.TimeOnly), id, strings.Join(spans, " · "), ui, id)
+	}
+}
+
+func summarize(tr jaegerTrace) []string {
+	if len(tr.Data) == 0 {
+		return nil
+	}
+	spans := tr.Data[0].Spans
+	children := map[string][]string{}
+	for _, sp := range spans {
+		for _, ref := range sp.References {
+			children[ref.SpanID] = append(children[ref.SpanID], sp.OperationName)
+		}
+	}
+	var out []string
+	for _, sp := range spans {
+		if sp.OperationName != "slot" {
+			continue
+		}
+		tags := map[string]string{}
+		for _, t := range sp.Tags {
+			tags[t.Key] = fmt.Sprint(t.Value)
+		}
+		line := tags["slotcron.replica"] + " " + tags["slotcron.outcome"]
+		if tags["slotcron.outcome"] == "lost" {
+			line += " to " + tags["slotcron.holder"]
+		}
+		if kids := children[sp.SpanID]; len(kids) > 0 {
+			slices.Sort(kids)
+			line += " (" + strings.Join(kids, ", ") + ")"
+		}
+		out = append(out, line)
+	}
+	slices.Sort(out)
+	return out
+}
