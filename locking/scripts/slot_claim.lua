@@ -37,6 +37,14 @@ local replica, maxlen = ARGV[1], ARGV[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+-- close_unrun records a slot that will not run (missed or skipped).
+local function close_unrun(rec, runs, last, slot, retention, state, why)
+  redis.call('HSET', rec, 'slot', slot, 'owner', replica, 'state', state, 'finished', now, 'error', why)
+  redis.call('PEXPIRE', rec, retention)
+  redis.call('ZADD', last, 'GT', slot, 'last')
+  redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', state, 'replica', replica, 'error', why)
+end
+
 local function claim(rec, lease, fence, runs, last, token, slot, ttl, retention, overlap, mode, deadline, reason)
   local r = redis.call('HMGET', rec, 'owner', 'state', 'token', 'fence', 'attempt')
   if r[2] then
@@ -47,23 +55,13 @@ local function claim(rec, lease, fence, runs, last, token, slot, ttl, retention,
     return {'lost', r[1] or '', r[2], f, attempt}
   end
 
-  local function raise_last()
-    redis.call('ZADD', last, 'GT', slot, 'last')
-  end
-  local function close_unrun(state, why)
-    redis.call('HSET', rec, 'slot', slot, 'owner', replica, 'state', state, 'finished', now, 'error', why)
-    redis.call('PEXPIRE', rec, retention)
-    raise_last()
-    redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', state, 'replica', replica, 'error', why)
-  end
-
   local late = now - tonumber(slot) * 1000
   if mode == 'miss' then
-    close_unrun('missed', reason)
+    close_unrun(rec, runs, last, slot, retention, 'missed', reason)
     return {'missed', late}
   end
   if mode == 'live' and now > tonumber(deadline) then
-    close_unrun('missed', reason .. ': ' .. late .. 'ms after the slot, past the misfire grace')
+    close_unrun(rec, runs, last, slot, retention, 'missed', reason .. ': ' .. late .. 'ms after the slot, past the misfire grace')
     return {'missed', late}
   end
   if overlap == 'skip' then
@@ -73,7 +71,8 @@ local function claim(rec, lease, fence, runs, last, token, slot, ttl, retention,
       if mode == 'wait' then
         return {'busy', h[1], pttl, h[2] or ''}
       end
-      close_unrun('skipped', 'overlap: the run of slot ' .. (h[2] or '?') .. ' on ' .. h[1] .. ' still holds the job')
+      close_unrun(rec, runs, last, slot, retention, 'skipped',
+        'overlap: the run of slot ' .. (h[2] or '?') .. ' on ' .. h[1] .. ' still holds the job')
       return {'skipped', h[1], h[2] or '', pttl}
     end
   end
@@ -84,7 +83,7 @@ local function claim(rec, lease, fence, runs, last, token, slot, ttl, retention,
   redis.call('PEXPIRE', rec, retention)
   redis.call('HSET', lease, 'token', token, 'replica', replica, 'slot', slot)
   redis.call('PEXPIRE', lease, ttl)
-  raise_last()
+  redis.call('ZADD', last, 'GT', slot, 'last')
   redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', 'claimed', 'replica', replica,
     'attempt', '1', 'fence', tostring(f))
   return {'won', f, 1}
