@@ -84,7 +84,7 @@ func TestGracefulStop(t *testing.T) {
 	// Both jobs' next slot is the top of the hour; claim it by starting the
 	// replica with a clock just before it.
 	slot := time.Now().Truncate(time.Hour).Add(time.Hour)
-	clock := offsetClock{slot.Add(-200 * time.Millisecond).Sub(time.Now())}
+	clock := offsetClock{time.Until(slot.Add(-200 * time.Millisecond))}
 	const grace = 600 * time.Millisecond
 	r := e.start("r", "", registry(t, map[string]jobs.Func{"long": long, "quick": recorder(e.rdb, key, 300*time.Millisecond)}),
 		table, scheduler.WithClock(clock), scheduler.WithShutdownGrace(grace), scheduler.WithSkewLimits(time.Hour, 2*time.Hour))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,5 +145,5 @@ func (s *Scheduler) jobNames() []string {
 	for i, j := range s.jobs {
 		names[i] = j.Name
 	}
-	return slices.Clip(names)
+	return names
 }
