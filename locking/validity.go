@@ -83,7 +83,7 @@ func (v *validity) expire() {
 		v.end(fmt.Errorf("%w: TTL ran out while renewals failed: %w", ErrLeaseLost, lastErr))
 		return
 	}
-	v.end(fmt.Errorf("%w: TTL ran out with no renewal", ErrLeaseLost))
+	v.end(fmt.Errorf("%w: TTL ran out with no confirmed renewal", ErrLeaseLost))
 }
 
 // end ends the validity with cause (nil means released) and stops the timer.
