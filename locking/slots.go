@@ -281,25 +281,26 @@ func (s *Slots) Claim(ctx context.Context, claims []SlotClaim) ([]ClaimResult, e
 	return results, nil
 }
 
-// group splits claims into the sets that may share a script call: claims
-// and takeovers apart (two scripts), one replica per call, and on a Cluster
-// one hash slot per call.
-func (s *Slots) group(claims []SlotClaim) [][]int {
+// split groups items 0..n-1 into the sets that may share a script call:
+// items with the same kind (the script and the arguments a call shares),
+// and, on a Cluster, the same hash slot of their job. An unknown client
+// gets one call per item.
+func (s *Slots) split(n int, item func(i int) (kind, job string)) [][]int {
 	type key struct {
-		takeover bool
-		replica  string
-		slot     uint16
+		kind string
+		slot uint16
 	}
 	var groups [][]int
 	index := map[key]int{}
-	for i, c := range claims {
+	for i := range n {
 		if s.topology == topoSeparate {
 			groups = append(groups, []int{i})
 			continue
 		}
-		k := key{takeover: c.Kind == ClaimTakeover, replica: c.Replica}
+		kind, job := item(i)
+		k := key{kind: kind}
 		if s.topology == topoCluster {
-			k.slot = hashSlot(c.Job)
+			k.slot = hashSlot(job)
 		}
 		gi, ok := index[k]
 		if !ok {
@@ -311,6 +312,18 @@ func (s *Slots) group(claims []SlotClaim) [][]int {
 	}
 	return groups
 }
+
+// group splits claims for split: claims and takeovers apart (two scripts),
+// one replica per call (ARGV[1]).
+func (s *Slots) group(claims []SlotClaim) [][]int {
+	return s.split(len(claims), func(i int) (string, string) {
+		c := claims[i]
+		return fmt.Sprint(c.Kind == ClaimTakeover, "/", c.Replica), c.Job
+	})
+}
+
+// claimModes are slot_claim's ARGV mode for each kind of claim.
+var claimModes = [...]string{ClaimLive: "live", ClaimCatchup: "wait", ClaimMiss: "miss"}
 
 // claimCall is one slot_claim call for the claims at indexes g.
 func (s *Slots) claimCall(claims []SlotClaim, tokens []string, g []int) call {
@@ -326,7 +339,7 @@ func (s *Slots) claimCall(claims []SlotClaim, tokens []string, g []int) call {
 		if c.AllowOverlap {
 			overlap = "allow"
 		}
-		mode := map[ClaimKind]string{ClaimLive: "live", ClaimCatchup: "wait", ClaimMiss: "miss"}[c.Kind]
+		mode := claimModes[c.Kind]
 		reason := c.Reason
 		if reason == "" {
 			reason = "misfire"

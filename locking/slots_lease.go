@@ -113,53 +113,38 @@ type FinishRequest struct {
 // answer. Run it on a context that outlives a shutdown.
 func (s *Slots) Finish(ctx context.Context, reqs []FinishRequest) []error {
 	errs := make([]error, len(reqs))
-	type group struct {
-		idx  []int
-		keys []string
-		args []any
-	}
-	var groups []*group
-	index := map[uint16]*group{}
+	var valid []int // the requests with a final state
 	for i, r := range reqs {
-		l := r.Lease
 		switch r.State {
 		case StateDone, StateFailed, StateAbandoned:
+			valid = append(valid, i)
 		default:
-			errs[i] = fmt.Errorf("locking: Finish %s@%d: %q is not a final state of a run", l.job, l.slot.Unix(), r.State)
-			continue
+			errs[i] = fmt.Errorf("locking: Finish %s@%d: %q is not a final state of a run", r.Lease.job, r.Lease.slot.Unix(), r.State)
 		}
-		var g *group
-		switch s.topology {
-		case topoSingle:
-			g = index[0]
-		case topoCluster:
-			g = index[hashSlot(l.job)]
+	}
+	groups := s.split(len(valid), func(k int) (string, string) { return "", reqs[valid[k]].Lease.job })
+	for _, g := range groups {
+		for k := range g {
+			g[k] = valid[g[k]] // request indexes
 		}
-		if g == nil {
-			g = &group{args: []any{s.maxHistory}}
-			groups = append(groups, g)
-			switch s.topology {
-			case topoSingle:
-				index[0] = g
-			case topoCluster:
-				index[hashSlot(l.job)] = g
-			}
-		}
-		g.idx = append(g.idx, i)
-		g.keys = append(g.keys, l.record, l.lease, s.runsKey(l.job))
-		g.args = append(g.args, l.token, string(r.State), r.Error, l.retention.Milliseconds(), l.replica)
 	}
 	calls := make([]call, len(groups))
-	for i, g := range groups {
-		calls[i] = call{slotFinishScript, g.keys, g.args}
+	for gi, g := range groups {
+		c := call{script: slotFinishScript, args: []any{s.maxHistory}}
+		for _, i := range g {
+			l := reqs[i].Lease
+			c.keys = append(c.keys, l.record, l.lease, s.runsKey(l.job))
+			c.args = append(c.args, l.token, string(reqs[i].State), reqs[i].Error, l.retention.Milliseconds(), l.replica)
+		}
+		calls[gi] = c
 	}
 	for gi, cmd := range s.batch(ctx, calls) {
 		g := groups[gi]
 		vals, err := cmd.Slice()
-		if err == nil && len(vals) != len(g.idx) {
-			err = fmt.Errorf("%d replies for %d runs", len(vals), len(g.idx))
+		if err == nil && len(vals) != len(g) {
+			err = fmt.Errorf("%d replies for %d runs", len(vals), len(g))
 		}
-		for k, i := range g.idx {
+		for k, i := range g {
 			l := reqs[i].Lease
 			if err != nil {
 				errs[i] = fmt.Errorf("locking: Finish %s@%d: %w", l.job, l.slot.Unix(), err)

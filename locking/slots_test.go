@@ -121,6 +121,12 @@ func TestSlotFinishedStaysClosed(t *testing.T) {
 	if won.Outcome != locking.OutcomeWon {
 		t.Fatalf("%+v", won)
 	}
+	if err := finish(s, won.Lease, locking.StateRunning, ""); err == nil || errors.Is(err, locking.ErrNotHeld) {
+		t.Fatalf("finish with a state that is not final: %v, want a usage error", err)
+	}
+	if won.Lease.Context().Err() != nil {
+		t.Fatal("a refused finish ended the lease")
+	}
 	if err := finish(s, won.Lease, locking.StateDone, ""); err != nil {
 		t.Fatal(err)
 	}
