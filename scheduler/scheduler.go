@@ -108,15 +108,6 @@ func New(claimer Claimer, registry *jobs.Registry, opts ...Option) (*Scheduler, 
 // ReplicaID returns this replica's ID.
 func (s *Scheduler) ReplicaID() string { return s.cfg.replica }
 
-// Jobs returns the cron table, with defaults applied.
-func (s *Scheduler) Jobs() []Job {
-	out := make([]Job, len(s.jobs))
-	for i, j := range s.jobs {
-		out[i] = j.Job
-	}
-	return out
-}
-
 // Offset returns the last measured offset of Redis's clock from this
 // replica's (positive: Redis is ahead), and whether one was measured yet.
 func (s *Scheduler) Offset() (time.Duration, bool) {

@@ -173,9 +173,6 @@ func (s *Server) Addr() string {
 	return s.addr
 }
 
-// Shared reports whether the server came from REDIS_ADDR.
-func (s *Server) Shared() bool { return s.shared }
-
 // Key returns name under this server's per-test prefix. Use it for every key a
 // test writes, so that tests sharing a REDIS_ADDR server never collide.
 func (s *Server) Key(name string) string { return s.prefix + name }

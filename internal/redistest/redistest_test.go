@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,15 +83,36 @@ func TestDockerProbeAnswers(t *testing.T) {
 	}
 }
 
-func TestStartServesAndCleansUp(t *testing.T) {
-	s := Start(t)
-	c := s.Client()
+// TestSharedServerCleanup: on a REDIS_ADDR server a test's own keys are gone
+// when it ends, and nothing else on the server is touched (never flushed).
+func TestSharedServerCleanup(t *testing.T) {
+	owner := StartOwned(t)
+	admin := owner.Client()
 	ctx := context.Background()
-	if err := c.Set(ctx, s.Key("k"), "v", 0).Err(); err != nil {
+	if err := admin.Set(ctx, "someone-elses", "kept", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Get(ctx, s.Key("k")).Val(); got != "v" {
-		t.Fatalf("GET = %q", got)
+	t.Setenv("REDIS_ADDR", owner.Addr())
+	var keys []string
+	t.Run("a test on the shared server", func(t *testing.T) {
+		s := Start(t)
+		if s.backend != nil {
+			t.Fatal("Start ignored REDIS_ADDR")
+		}
+		c := s.Client()
+		for i := range 700 { // more than one SCAN page
+			k := s.Key("k" + strconv.Itoa(i))
+			keys = append(keys, k)
+			if err := c.Set(ctx, k, "v", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if n := admin.Exists(ctx, keys...).Val(); n != 0 {
+		t.Fatalf("%d of the test's %d keys survived it", n, len(keys))
+	}
+	if got := admin.Get(ctx, "someone-elses").Val(); got != "kept" {
+		t.Fatalf("a key the test did not write is %q", got)
 	}
 }
 
