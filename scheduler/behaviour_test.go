@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -72,23 +73,25 @@ func TestGracefulStop(t *testing.T) {
 	key := e.srv.Key("starts")
 	causes := make(chan error, 10)
 	long := func(ctx context.Context, run jobs.Run) error {
-		e.rdb.RPush(context.Background(), key, "long|"+run.Slot.Format(time.RFC3339)+"|x|1|1")
+		e.rdb.RPush(context.Background(), key, fmt.Sprintf("long|%d|%s|%d|%d", run.Slot.Unix(), run.Replica, run.Attempt, run.Fence))
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		return context.Cause(ctx)
 	}
 	table := []scheduler.Job{
-		{Name: "long", Schedule: "@every 1h"},
-		{Name: "quick", Schedule: "@every 1h"},
+		{Name: "long", Schedule: "@every 2s"},
+		{Name: "quick", Schedule: "@every 2s"},
 	}
-	// Both jobs' next slot is the top of the hour; claim it by starting the
-	// replica with a clock just before it.
-	slot := time.Now().Truncate(time.Hour).Add(time.Hour)
-	clock := offsetClock{time.Until(slot.Add(-200 * time.Millisecond))}
 	const grace = 600 * time.Millisecond
 	r := e.start("r", "", registry(t, map[string]jobs.Func{"long": long, "quick": recorder(e.rdb, key, 300*time.Millisecond)}),
-		table, scheduler.WithClock(clock), scheduler.WithShutdownGrace(grace), scheduler.WithSkewLimits(time.Hour, 2*time.Hour))
-	waitFor(t, 3*time.Second, "the jobs did not start", func() bool { return len(e.starts(key)) == 2 })
+		table, scheduler.WithShutdownGrace(grace))
+	// Both jobs start at the same slot; stop well before the next one (2s later).
+	waitFor(t, 5*time.Second, "the jobs did not start", func() bool { return len(e.starts(key)) == 2 })
+	starts := e.starts(key)
+	if starts[0].slot != starts[1].slot {
+		t.Fatalf("the jobs started at different slots: %+v", starts)
+	}
+	slot := starts[0].slot
 
 	stopped := time.Now()
 	r.stop()
@@ -102,8 +105,11 @@ func TestGracefulStop(t *testing.T) {
 	if r.runErr != nil {
 		t.Fatalf("Run: %v", r.runErr)
 	}
-	quick, _ := e.record("quick", slot.Unix())
-	longRec, _ := e.record("long", slot.Unix())
+	if n := len(e.starts(key)); n != 2 {
+		t.Fatalf("%d starts after the stop, want the 2 from before it: no new claims", n)
+	}
+	quick, _ := e.record("quick", slot)
+	longRec, _ := e.record("long", slot)
 	if quick.State != locking.StateDone {
 		t.Errorf("quick job: %+v, want done within the grace", quick)
 	}
