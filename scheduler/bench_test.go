@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,7 +74,8 @@ var statsOut = os.Getenv("BENCH_REDIS_STATS")
 
 // BenchmarkDispatch runs replicas of a table of 100 jobs, all due every
 // second, for 10 ticks, and reports the dispatch delay (slot time to job
-// start on the winner) and the round trips per tick per replica. The issue's
+// start on the winner), the round trips per tick per replica, and the CPU
+// time per tick of this process (all replicas) and of Redis. The issue's
 // figure is replicas=5; replicas=1 is the same table without contention.
 //
 //	go test -run '^$' -bench Dispatch -benchtime 1x ./scheduler
@@ -123,12 +128,15 @@ func benchDispatch(b *testing.B, replicas int) {
 			go func() { s.Run(ctx); close(done) }()
 			stops = append(stops, func() { cancel(); <-done; rdb.Close() })
 		}
-		sleepUntil(first)
+		// Count over [first-100ms, first+ticks-100ms): exactly the ticks first ... first+ticks-1.
+		sleepUntil(first.Add(-100 * time.Millisecond))
+		goCPU0, redisCPU0, mallocs0 := cpuNow(b, srv)
 		var base []int64
 		for _, c := range counters {
 			base = append(base, c.tickBatches.Load(), c.tickTrips.Load(), c.checkBatches.Load(), c.checkTrips.Load())
 		}
 		sleepUntil(first.Add(ticks*time.Second - 100*time.Millisecond))
+		goCPU1, redisCPU1, mallocs1 := cpuNow(b, srv)
 		var tickBatches, tickTrips, checkBatches, checkTrips int64
 		for i, c := range counters {
 			tickBatches += c.tickBatches.Load() - base[4*i]
@@ -157,8 +165,42 @@ func benchDispatch(b *testing.B, replicas int) {
 		b.ReportMetric(float64(delays[len(delays)-1])/1e6, "max-ms")
 		b.ReportMetric(float64(tickTrips)/float64(replicas*ticks), "claim-trips/tick/replica")
 		b.ReportMetric(float64(tickBatches)/float64(replicas*ticks), "claim-batches/tick/replica")
+		b.ReportMetric(float64(goCPU1-goCPU0)/1e6/ticks, "go-cpu-ms/tick")
+		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e6/ticks, "redis-cpu-ms/tick")
+		b.ReportMetric(float64(mallocs1-mallocs0)/ticks, "go-allocs/tick")
 		b.ReportMetric(float64(checkTrips)/float64(replicas*ticks), "check-trips/tick/replica")
 		mu.Unlock()
 		_ = checkBatches
 	}
+}
+
+// cpuNow returns the CPU time used so far by this process (every replica) and
+// by the Redis server (INFO cpu: used_cpu_user + used_cpu_sys), and the
+// number of heap allocations this process has made.
+func cpuNow(b *testing.B, srv *redistest.Server) (goCPU, redisCPU time.Duration, mallocs uint64) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	goCPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	mallocs = ms.Mallocs
+	info := redis.NewClient(srv.Options())
+	defer info.Close()
+	s, err := info.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(s, "\r\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu: %s: %v", line, err)
+			}
+			redisCPU += time.Duration(f * float64(time.Second))
+		}
+	}
+	return goCPU, redisCPU, mallocs
 }
