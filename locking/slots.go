@@ -24,7 +24,7 @@ type SlotClient interface {
 // tag, so that every script touches one cluster slot:
 //
 //	<prefix>:{<job>}:slot:<unix>   the slot record (hash), kept for the retention
-//	<prefix>:{<job>}:lease         the job's lease (hash: token, replica, slot)
+//	<prefix>:{<job>}:lease         the job's lease (string: "<token> <slot> <replica>")
 //	<prefix>:{<job>}:lease:<unix>  a slot's own lease, when overlap is allowed
 //	<prefix>:{<job>}:fence         the fencing-token counter
 //	<prefix>:{<job>}:runs          the run history (stream, capped)

@@ -2,9 +2,11 @@ package locking
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -130,17 +132,21 @@ func (s *Slots) Holder(ctx context.Context, job string) (replica string, slot ti
 		return "", time.Time{}, 0, err
 	}
 	pipe := s.rdb.Pipeline()
-	h := pipe.HGetAll(ctx, s.leaseKey(job, 0, false))
+	g := pipe.Get(ctx, s.leaseKey(job, 0, false))
 	p := pipe.PTTL(ctx, s.leaseKey(job, 0, false))
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return "", time.Time{}, 0, fmt.Errorf("locking: Holder %s: %w", job, err)
 	}
-	v := h.Val()
-	if len(v) == 0 {
+	if errors.Is(g.Err(), redis.Nil) {
 		return "", time.Time{}, 0, nil
 	}
-	unix, _ := strconv.ParseInt(v["slot"], 10, 64)
-	return v["replica"], time.Unix(unix, 0), p.Val(), nil
+	_, rest, _ := strings.Cut(g.Val(), " ") // "<token> <slot> <replica>"
+	unixText, replica, ok := strings.Cut(rest, " ")
+	unix, err := strconv.ParseInt(unixText, 10, 64)
+	if !ok || err != nil {
+		return "", time.Time{}, 0, fmt.Errorf("locking: Holder %s: malformed lease %q", job, g.Val())
+	}
+	return replica, time.Unix(unix, 0), p.Val(), nil
 }
 
 func parseRecord(job string, slot int64, h map[string]string) SlotRecord {

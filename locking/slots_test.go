@@ -178,21 +178,25 @@ func TestSlotOverlap(t *testing.T) {
 	_, _, s := newSlots(t)
 	ctx := context.Background()
 	s1, s2, s3 := time.Unix(1_700_000_100, 0), time.Unix(1_700_000_101, 0), time.Unix(1_700_000_102, 0)
-	first := claimOne(t, s, live("long", s1, "r1"))
+	const holder = "pod 7 eu:1" // a replica ID may hold spaces and colons
+	first := claimOne(t, s, live("long", s1, holder))
 	if first.Outcome != locking.OutcomeWon {
 		t.Fatal(first)
 	}
 	// Catch-up mode: busy, nothing recorded.
 	cu := live("long", s2, "r2")
 	cu.Kind = locking.ClaimCatchup
-	if r := claimOne(t, s, cu); r.Outcome != locking.OutcomeBusy || r.Holder != "r1" || r.Wait <= 0 || !r.HolderSlot.Equal(s1) {
+	if r := claimOne(t, s, cu); r.Outcome != locking.OutcomeBusy || r.Holder != holder || r.Wait <= 0 || !r.HolderSlot.Equal(s1) {
 		t.Fatalf("catch-up under a running job: %+v", r)
 	}
 	if _, ok, _ := s.Record(ctx, "long", s2); ok {
 		t.Fatal("busy catch-up left a record")
 	}
+	if h, hs, ttl, err := s.Holder(ctx, "long"); err != nil || h != holder || !hs.Equal(s1) || ttl <= 0 {
+		t.Fatalf("Holder = %q %v %v %v", h, hs, ttl, err)
+	}
 	// Live: recorded skipped, naming the run that holds the job.
-	if r := claimOne(t, s, live("long", s2, "r2")); r.Outcome != locking.OutcomeSkipped || r.Holder != "r1" ||
+	if r := claimOne(t, s, live("long", s2, "r2")); r.Outcome != locking.OutcomeSkipped || r.Holder != holder ||
 		!r.HolderSlot.Equal(s1) || r.Wait <= 0 {
 		t.Fatalf("live claim under a running job: %+v", r)
 	}

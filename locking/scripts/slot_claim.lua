@@ -7,8 +7,8 @@
 --   +1  the slot record: a hash (slot, owner, token, attempt, fence, state,
 --       started, finished, error), kept for the retention and never deleted
 --       by a finish, so a finished slot stays closed
---   +2  the lease: a hash (token, replica, slot) with the lease TTL; the
---       job's one lease when overlap is "skip", the slot's own when "allow"
+--   +2  the lease: a string "<token> <slot> <replica>" with the lease TTL;
+--       the job's one lease when overlap is "skip", the slot's own when "allow"
 --   +3  the job's fence counter (never expires)
 --   +4  the job's run history: a stream capped at about ARGV[2] entries
 --   +5  the job's high-water mark: a sorted set whose one member, "last",
@@ -64,25 +64,26 @@ local function claim(rec, lease, fence, runs, last, token, slot, ttl, retention,
     close_unrun(rec, runs, last, slot, retention, 'missed', reason .. ': ' .. late .. 'ms after the slot, past the misfire grace')
     return {'missed', late}
   end
+  local value = token .. ' ' .. slot .. ' ' .. replica
   if overlap == 'skip' then
-    local h = redis.call('HMGET', lease, 'replica', 'slot')
-    if h[1] then
+    if not redis.call('SET', lease, value, 'PX', ttl, 'NX') then -- a run holds the job
+      local _, hslot, holder = string.match(redis.call('GET', lease), '^(%S+) (%d+) (.*)$')
       local pttl = redis.call('PTTL', lease)
       if mode == 'wait' then
-        return {'busy', h[1], pttl, h[2] or ''}
+        return {'busy', holder or '', pttl, hslot or ''}
       end
       close_unrun(rec, runs, last, slot, retention, 'skipped',
-        'overlap: the run of slot ' .. (h[2] or '?') .. ' on ' .. h[1] .. ' still holds the job')
-      return {'skipped', h[1], h[2] or '', pttl}
+        'overlap: the run of slot ' .. (hslot or '?') .. ' on ' .. (holder or '?') .. ' still holds the job')
+      return {'skipped', holder or '', hslot or '', pttl}
     end
+  else
+    redis.call('SET', lease, value, 'PX', ttl)
   end
 
   local f = redis.call('INCR', fence)
   redis.call('HSET', rec, 'slot', slot, 'owner', replica, 'token', token, 'attempt', 1,
     'fence', f, 'state', 'running', 'started', now)
   redis.call('PEXPIRE', rec, retention)
-  redis.call('HSET', lease, 'token', token, 'replica', replica, 'slot', slot)
-  redis.call('PEXPIRE', lease, ttl)
   redis.call('ZADD', last, 'GT', slot, 'last')
   redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', 'claimed', 'replica', replica,
     'attempt', '1', 'fence', tostring(f))

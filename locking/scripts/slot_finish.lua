@@ -4,7 +4,7 @@
 --
 -- KEYS     3 per run, run i at KEYS[3*(i-1)+1 .. 3*(i-1)+3]:
 --   +1  the slot record
---   +2  the lease hash
+--   +2  the lease: a string "<token> <slot> <replica>"
 --   +3  the job's run history stream
 -- ARGV[1]  the history's approximate maximum length
 -- ARGV     then 5 per run, run i from ARGV[1+5*(i-1)+1]:
@@ -38,7 +38,8 @@ local function finish(rec, lease, runs, token, state, err, retention, replica)
   end
   redis.call('HSET', rec, 'state', state, 'finished', now, 'error', err)
   redis.call('PEXPIRE', rec, retention)
-  if redis.call('HGET', lease, 'token') == token then
+  local v = redis.call('GET', lease)
+  if v and string.sub(v, 1, #token + 1) == token .. ' ' then
     redis.call('DEL', lease)
   end
   redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', r[3], 'event', state,

@@ -1,6 +1,6 @@
 -- slot_renew: keep a running slot's lease (and its record) alive.
 --
--- KEYS[1]  the lease hash
+-- KEYS[1]  the lease: a string "<token> <slot> <replica>"
 -- KEYS[2]  the slot record
 -- ARGV[1]  the run's token
 -- ARGV[2]  the lease TTL, ms
@@ -8,7 +8,8 @@
 --
 -- Returns 1 when the lease holds the token and now has the full TTL again;
 --         0 when it does not (expired, or taken over): nothing changes.
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ' then
   return 0
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])

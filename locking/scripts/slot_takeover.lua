@@ -5,7 +5,8 @@
 --
 -- KEYS     4 per slot, slot i at KEYS[4*(i-1)+1 .. 4*(i-1)+4]:
 --   +1  the slot record
---   +2  the lease hash (the job's, or the slot's when overlap is allowed)
+--   +2  the lease: a string "<token> <slot> <replica>" (the job's, or the
+--       slot's when overlap is allowed)
 --   +3  the job's fence counter
 --   +4  the job's run history stream
 -- ARGV[1]  the replica ID
@@ -41,20 +42,23 @@ local function settle(rec, lease, fence, runs, token, slot, ttl, retention, poli
   if rtok == token then -- a retried takeover of ours
     return {'won', tonumber(redis.call('HGET', rec, 'fence')), attempt}
   end
-  local ltok = redis.call('HGET', lease, 'token')
-  if ltok == rtok then
+  local v = redis.call('GET', lease)
+  local ltok, holder
+  if v then
+    ltok, holder = string.match(v, '^(%S+) %d+ (.*)$')
+  end
+  if v and ltok == rtok then
     return {'alive', redis.call('PTTL', lease)}
   end
   if policy == 'retry' and attempt < tonumber(limit) then
-    if ltok then
-      return {'busy', redis.call('HGET', lease, 'replica') or '', redis.call('PTTL', lease)}
+    if v then
+      return {'busy', holder or '', redis.call('PTTL', lease)}
     end
     local f = redis.call('INCR', fence)
     redis.call('HSET', rec, 'owner', replica, 'token', token, 'attempt', attempt + 1, 'fence', f,
       'started', now, 'error', 'attempt ' .. attempt .. ' on ' .. owner .. ' lost its lease')
     redis.call('PEXPIRE', rec, retention)
-    redis.call('HSET', lease, 'token', token, 'replica', replica, 'slot', slot)
-    redis.call('PEXPIRE', lease, ttl)
+    redis.call('SET', lease, token .. ' ' .. slot .. ' ' .. replica, 'PX', ttl)
     redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', 'takeover',
       'replica', replica, 'attempt', tostring(attempt + 1), 'fence', tostring(f), 'previous', owner)
     return {'won', f, attempt + 1}
