@@ -153,22 +153,26 @@ type ClaimResult struct {
 	Err        error         // this claim failed; the others may have succeeded
 }
 
-func (s *Slots) base(job string) string { return Key(s.prefix, job) }
+// The keys of a job, each built in one allocation: Key(prefix, job) + suffix.
+func (s *Slots) jobKey(job, suffix string) string { return s.prefix + ":{" + job + "}:" + suffix }
 
-func (s *Slots) recordKey(job string, slot int64) string {
-	return s.base(job) + ":slot:" + strconv.FormatInt(slot, 10)
+func (s *Slots) slotKey(job, kind string, slot int64) string {
+	var n [20]byte
+	return s.prefix + ":{" + job + "}:" + kind + string(strconv.AppendInt(n[:0], slot, 10))
 }
+
+func (s *Slots) recordKey(job string, slot int64) string { return s.slotKey(job, "slot:", slot) }
 
 func (s *Slots) leaseKey(job string, slot int64, allowOverlap bool) string {
 	if allowOverlap {
-		return s.base(job) + ":lease:" + strconv.FormatInt(slot, 10)
+		return s.slotKey(job, "lease:", slot)
 	}
-	return s.base(job) + ":lease"
+	return s.jobKey(job, "lease")
 }
 
-func (s *Slots) fenceKey(job string) string { return s.base(job) + ":fence" }
-func (s *Slots) runsKey(job string) string  { return s.base(job) + ":runs" }
-func (s *Slots) lastKey(job string) string  { return s.base(job) + ":last" }
+func (s *Slots) fenceKey(job string) string { return s.jobKey(job, "fence") }
+func (s *Slots) runsKey(job string) string  { return s.jobKey(job, "runs") }
+func (s *Slots) lastKey(job string) string  { return s.jobKey(job, "last") }
 
 func checkJob(job string) error {
 	if job == "" || strings.ContainsAny(job, "{}") {
@@ -240,7 +244,6 @@ func (s *Slots) batch(ctx context.Context, calls []call) []*redis.Cmd {
 // in order; a claim that failed on its own has Err set. The error is non-nil
 // only for invalid claims, and then nothing was sent.
 func (s *Slots) Claim(ctx context.Context, claims []SlotClaim) ([]ClaimResult, error) {
-	tokens := make([]string, len(claims))
 	for i, c := range claims {
 		if err := checkJob(c.Job); err != nil {
 			return nil, fmt.Errorf("locking: Claim %d: %w", i, err)
@@ -248,8 +251,8 @@ func (s *Slots) Claim(ctx context.Context, claims []SlotClaim) ([]ClaimResult, e
 		if (c.Kind != ClaimMiss && c.LeaseTTL < minTTL) || c.Retention <= 0 {
 			return nil, fmt.Errorf("locking: Claim %d (%s): lease TTL must be >= %v and retention > 0", i, c.Job, minTTL)
 		}
-		tokens[i] = newToken()
 	}
+	tokens := newTokens(len(claims))
 	var (
 		calls  []call
 		groups [][]int // the claims each call answers
@@ -281,13 +284,19 @@ func (s *Slots) Claim(ctx context.Context, claims []SlotClaim) ([]ClaimResult, e
 	return results, nil
 }
 
+// callKind is what the calls of a batch may not mix: the script, and the
+// arguments a call shares (the replica, ARGV[1], for claims).
+type callKind struct {
+	takeover bool
+	replica  string
+}
+
 // split groups items 0..n-1 into the sets that may share a script call:
-// items with the same kind (the script and the arguments a call shares),
-// and, on a Cluster, the same hash slot of their job. An unknown client
-// gets one call per item.
-func (s *Slots) split(n int, item func(i int) (kind, job string)) [][]int {
+// items of the same kind and, on a Cluster, the same hash slot of their job.
+// An unknown client gets one call per item.
+func (s *Slots) split(n int, item func(i int) (kind callKind, job string)) [][]int {
 	type key struct {
-		kind string
+		kind callKind
 		slot uint16
 	}
 	var groups [][]int
@@ -314,11 +323,11 @@ func (s *Slots) split(n int, item func(i int) (kind, job string)) [][]int {
 }
 
 // group splits claims for split: claims and takeovers apart (two scripts),
-// one replica per call (ARGV[1]).
+// one replica per call.
 func (s *Slots) group(claims []SlotClaim) [][]int {
-	return s.split(len(claims), func(i int) (string, string) {
+	return s.split(len(claims), func(i int) (callKind, string) {
 		c := claims[i]
-		return fmt.Sprint(c.Kind == ClaimTakeover, "/", c.Replica), c.Job
+		return callKind{takeover: c.Kind == ClaimTakeover, replica: c.Replica}, c.Job
 	})
 }
 

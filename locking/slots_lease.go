@@ -122,7 +122,7 @@ func (s *Slots) Finish(ctx context.Context, reqs []FinishRequest) []error {
 			errs[i] = fmt.Errorf("locking: Finish %s@%d: %q is not a final state of a run", r.Lease.job, r.Lease.slot.Unix(), r.State)
 		}
 	}
-	groups := s.split(len(valid), func(k int) (string, string) { return "", reqs[valid[k]].Lease.job })
+	groups := s.split(len(valid), func(k int) (callKind, string) { return callKind{}, reqs[valid[k]].Lease.job })
 	for _, g := range groups {
 		for k := range g {
 			g[k] = valid[g[k]] // request indexes
