@@ -327,7 +327,9 @@ func (r *runner) send(ctx context.Context, batch []*pending) {
 // run carries it on.
 func (r *runner) handle(ctx context.Context, now time.Time, p *pending, res locking.ClaimResult, sctx context.Context, span trace.Span) {
 	j, c := p.job, p.claim
-	attrs := []any{"slotcron.job", j.Name, "slotcron.slot", c.Slot.UTC().Format(time.RFC3339)}
+	attrs := func(more ...any) []any { // built only for a line that is logged
+		return append([]any{"slotcron.job", j.Name, "slotcron.slot", c.Slot.UTC().Format(time.RFC3339)}, more...)
+	}
 	outcome := string(res.Outcome)
 	if res.Err != nil {
 		outcome = outcomeError
@@ -341,7 +343,7 @@ func (r *runner) handle(ctx context.Context, now time.Time, p *pending, res lock
 		p.tries++
 		p.due = now.Add(backoff(p.tries))
 		heap.Push(&r.queue, p)
-		r.log.Warn("claim failed; retrying", append(attrs, "error", res.Err, "tries", p.tries)...)
+		r.log.Warn("claim failed; retrying", attrs("error", res.Err, "tries", p.tries)...)
 		r.s.tel.endSlot(span, j.Name, outcomeError, "", 0, 0, res.Err)
 		return
 	}
@@ -351,7 +353,9 @@ func (r *runner) handle(ctx context.Context, now time.Time, p *pending, res lock
 		r.start(j, res.Lease, c.Kind == locking.ClaimCatchup, sctx, span)
 		return
 	case locking.OutcomeLost:
-		r.log.Debug("slot lost", append(attrs, "slotcron.holder", res.Holder, "state", string(res.State))...)
+		if r.log.Enabled(ctx, slog.LevelDebug) { // every loser, every tick
+			r.log.Debug("slot lost", attrs("slotcron.holder", res.Holder, "state", string(res.State))...)
+		}
 		if res.State == locking.StateRunning && res.Holder != r.s.cfg.replica {
 			r.watch(now, j, c.Slot, j.LeaseTTL) // the owner's lease can't expire sooner unrenewed
 		}
@@ -359,7 +363,7 @@ func (r *runner) handle(ctx context.Context, now time.Time, p *pending, res lock
 			r.nextCatchup(now, j)
 		}
 	case locking.OutcomeSkipped:
-		r.log.Info("slot skipped: the previous run still holds the job", append(attrs, "slotcron.holder", res.Holder,
+		r.log.Info("slot skipped: the previous run still holds the job", attrs("slotcron.holder", res.Holder,
 			"holder_slot", res.HolderSlot.UTC().Format(time.RFC3339))...)
 		if res.Holder != r.s.cfg.replica {
 			r.watch(now, j, res.HolderSlot, res.Wait) // settle that run if its owner dies
@@ -369,7 +373,7 @@ func (r *runner) handle(ctx context.Context, now time.Time, p *pending, res lock
 		if c.Kind == locking.ClaimMiss {
 			level = slog.LevelInfo
 		}
-		r.log.Log(ctx, level, "slot missed", append(attrs, "late", res.Late.String(), "reason", c.Reason)...)
+		r.log.Log(ctx, level, "slot missed", attrs("late", res.Late.String(), "reason", c.Reason)...)
 	case locking.OutcomeBusy:
 		p.due = now.Add(waitFor(res.Wait, j.LeaseTTL))
 		heap.Push(&r.queue, p)
@@ -381,7 +385,7 @@ func (r *runner) handle(ctx context.Context, now time.Time, p *pending, res lock
 		r.watch(now, j, c.Slot, res.Wait)
 	case locking.OutcomeAbandoned:
 		delete(r.watching, slotKey{j.Name, c.Slot.Unix()})
-		r.log.Warn("slot abandoned: its owner lost its lease", append(attrs, "slotcron.holder", res.Holder, "slotcron.attempt", res.Attempt)...)
+		r.log.Warn("slot abandoned: its owner lost its lease", attrs("slotcron.holder", res.Holder, "slotcron.attempt", res.Attempt)...)
 	case locking.OutcomeClosed, locking.OutcomeGone:
 		delete(r.watching, slotKey{j.Name, c.Slot.Unix()})
 	}

@@ -97,7 +97,7 @@ func New(claimer Claimer, registry *jobs.Registry, opts ...Option) (*Scheduler, 
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	tel, err := newTelemetry(cfg)
+	tel, err := newTelemetry(cfg, s.jobNames())
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: telemetry: %w", err)
 	}

@@ -34,11 +34,15 @@ const (
 
 const instrumentation = "github.com/slotcron/slotcron/scheduler"
 
-// telemetry is the scheduler's spans and metrics.
+// telemetry is the scheduler's spans and metrics. Every tick makes spans
+// and metric points for every due job, so the hot paths build nothing a no-op
+// provider would throw away: span attributes are set only on recording
+// spans, and metric attribute sets are built once per job.
 type telemetry struct {
 	tracer   trace.Tracer
 	prefix   string
 	replica  string
+	jobs     map[string]*jobMetrics // read-only after newTelemetry
 	claims   metric.Int64Counter
 	delay    metric.Float64Histogram
 	duration metric.Float64Histogram
@@ -47,9 +51,73 @@ type telemetry struct {
 	offsetG  metric.Float64Gauge
 }
 
-func newTelemetry(cfg config) (*telemetry, error) {
+// jobMetrics are a job's metric attribute sets, built once.
+type jobMetrics struct {
+	job      metric.MeasurementOption            // {job}
+	outcomes map[string]metric.MeasurementOption // {job, outcome}
+	states   map[string]metric.MeasurementOption // {job, state}
+}
+
+// Every outcome and final state the scheduler records, for jobMetrics.
+var (
+	metricOutcomes = []string{string(locking.OutcomeWon), string(locking.OutcomeLost), string(locking.OutcomeSkipped),
+		string(locking.OutcomeBusy), string(locking.OutcomeMissed), string(locking.OutcomeAlive),
+		string(locking.OutcomeAbandoned), string(locking.OutcomeClosed), string(locking.OutcomeGone), outcomeError}
+	metricStates = []string{string(locking.StateDone), string(locking.StateFailed), string(locking.StateAbandoned)}
+)
+
+func newJobMetrics(job string) *jobMetrics {
+	m := &jobMetrics{
+		job:      metric.WithAttributeSet(attribute.NewSet(attribute.String("job", job))),
+		outcomes: make(map[string]metric.MeasurementOption, len(metricOutcomes)),
+		states:   make(map[string]metric.MeasurementOption, len(metricStates)),
+	}
+	for _, o := range metricOutcomes {
+		m.outcomes[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("job", job), attribute.String("outcome", o)))
+	}
+	for _, st := range metricStates {
+		m.states[st] = metric.WithAttributeSet(attribute.NewSet(attribute.String("job", job), attribute.String("state", st)))
+	}
+	return m
+}
+
+// metricsOf returns job's attribute sets; a job outside the table (none is)
+// gets them built on the spot.
+func (t *telemetry) metricsOf(job string) *jobMetrics {
+	if m, ok := t.jobs[job]; ok {
+		return m
+	}
+	return newJobMetrics(job)
+}
+
+func (m *jobMetrics) outcome(job, outcome string) metric.MeasurementOption {
+	if o, ok := m.outcomes[outcome]; ok {
+		return o
+	}
+	return metric.WithAttributes(attribute.String("job", job), attribute.String("outcome", outcome))
+}
+
+func (m *jobMetrics) state(job, state string) metric.MeasurementOption {
+	if o, ok := m.states[state]; ok {
+		return o
+	}
+	return metric.WithAttributes(attribute.String("job", job), attribute.String("state", state))
+}
+
+// Span start options, built once.
+var (
+	noSpan          = trace.SpanFromContext(context.Background()) // a no-op span
+	slotSpanStart   = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal)}
+	clientSpanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+)
+
+func newTelemetry(cfg config, jobs []string) (*telemetry, error) {
 	m := cfg.meterProvider.Meter(instrumentation)
-	t := &telemetry{tracer: cfg.tracerProvider.Tracer(instrumentation), prefix: cfg.keyPrefix, replica: cfg.replica}
+	t := &telemetry{tracer: cfg.tracerProvider.Tracer(instrumentation), prefix: cfg.keyPrefix, replica: cfg.replica,
+		jobs: make(map[string]*jobMetrics, len(jobs))}
+	for _, job := range jobs {
+		t.jobs[job] = newJobMetrics(job)
+	}
 	var err error
 	if t.claims, err = m.Int64Counter("slotcron.claims",
 		metric.WithDescription("Claims sent, by job and outcome (won, lost, skipped, busy, missed, alive, abandoned, closed, gone, error).")); err != nil {
@@ -84,11 +152,18 @@ func newTelemetry(cfg config) (*telemetry, error) {
 // may be gone.
 func (t *telemetry) startSlot(ctx context.Context, name, job string, slot time.Time) (context.Context, trace.Span) {
 	ctx = context.WithValue(ctx, slotTraceKey{}, slotRef{t.prefix, job, slot})
-	return t.tracer.Start(ctx, name, trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(attrJob.String(job), attrSlot.String(slot.UTC().Format(time.RFC3339)), attrReplica.String(t.replica)))
+	ctx, span := t.tracer.Start(ctx, name, slotSpanStart...)
+	if span.IsRecording() {
+		span.SetAttributes(attrJob.String(job), attrSlot.String(slot.UTC().Format(time.RFC3339)), attrReplica.String(t.replica))
+	}
+	return ctx, span
 }
 
 func (t *telemetry) endSlot(span trace.Span, job, outcome, holder string, fence int64, attempt int, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	span.SetAttributes(attrOutcome.String(outcome))
 	if holder != "" {
 		span.SetAttributes(attrHolder.String(holder))
@@ -111,8 +186,14 @@ func (t *telemetry) endSlot(span trace.Span, job, outcome, holder string, fence 
 func (t *telemetry) startClaims(ctxs []context.Context) []trace.Span {
 	spans := make([]trace.Span, len(ctxs))
 	for i, ctx := range ctxs {
-		_, spans[i] = t.tracer.Start(ctx, "lock.claim", trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(attribute.Int("slotcron.batch", len(ctxs))))
+		if !trace.SpanFromContext(ctx).IsRecording() { // a dropped slot drops its claim
+			spans[i] = noSpan
+			continue
+		}
+		_, spans[i] = t.tracer.Start(ctx, "lock.claim", clientSpanStart...)
+		if spans[i].IsRecording() {
+			spans[i].SetAttributes(attribute.Int("slotcron.batch", len(ctxs)))
+		}
 	}
 	return spans
 }
@@ -120,6 +201,7 @@ func (t *telemetry) startClaims(ctxs []context.Context) []trace.Span {
 func (t *telemetry) endClaims(spans []trace.Span, results []locking.ClaimResult, err error) {
 	for i, span := range spans {
 		switch {
+		case !span.IsRecording():
 		case err != nil:
 			span.SetStatus(codes.Error, err.Error())
 		case results[i].Err != nil:
@@ -138,16 +220,15 @@ func (t *telemetry) endClaims(spans []trace.Span, results []locking.ClaimResult,
 // Metric labels are short (job, outcome, state, result), as Prometheus users
 // write them; spans and logs use the slotcron. prefix.
 func (t *telemetry) claimed(job, outcome string) {
-	t.claims.Add(context.Background(), 1, metric.WithAttributes(attribute.String("job", job), attribute.String("outcome", outcome)))
+	t.claims.Add(context.Background(), 1, t.metricsOf(job).outcome(job, outcome))
 }
 
 func (t *telemetry) dispatched(job string, delay time.Duration) {
-	t.delay.Record(context.Background(), delay.Seconds(), metric.WithAttributes(attribute.String("job", job)))
+	t.delay.Record(context.Background(), delay.Seconds(), t.metricsOf(job).job)
 }
 
 func (t *telemetry) ran(job, state string, took time.Duration) {
-	t.duration.Record(context.Background(), took.Seconds(),
-		metric.WithAttributes(attribute.String("job", job), attribute.String("state", state)))
+	t.duration.Record(context.Background(), took.Seconds(), t.metricsOf(job).state(job, state))
 }
 
 func (t *telemetry) startRun(sctx context.Context) (context.Context, trace.Span) {
@@ -155,6 +236,10 @@ func (t *telemetry) startRun(sctx context.Context) (context.Context, trace.Span)
 }
 
 func (t *telemetry) endRun(span trace.Span, lease *locking.SlotLease, err error, text string) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	span.SetAttributes(attrFence.Int64(lease.Fence()), attrAttempt.Int(lease.Attempt()))
 	if err != nil {
 		span.RecordError(err)
@@ -164,10 +249,17 @@ func (t *telemetry) endRun(span trace.Span, lease *locking.SlotLease, err error,
 }
 
 func (t *telemetry) startFinish(ctx context.Context) (context.Context, trace.Span) {
-	return t.tracer.Start(ctx, "lock.finish", trace.WithSpanKind(trace.SpanKindClient))
+	if !trace.SpanFromContext(ctx).IsRecording() { // a dropped slot drops its finish
+		return ctx, noSpan
+	}
+	return t.tracer.Start(ctx, "lock.finish", clientSpanStart...)
 }
 
 func (t *telemetry) endFinish(span trace.Span, state locking.SlotState, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	span.SetAttributes(attribute.String("slotcron.state", string(state)))
 	if err != nil {
 		span.RecordError(err)
@@ -193,7 +285,7 @@ func (t *telemetry) renewed(ctx context.Context, l *locking.SlotLease, n int) {
 
 // lost counts a lease lost mid-run and marks the run span.
 func (t *telemetry) lost(ctx context.Context, l *locking.SlotLease, cause error) {
-	t.losses.Add(context.Background(), 1, metric.WithAttributes(attribute.String("job", l.Job())))
+	t.losses.Add(context.Background(), 1, t.metricsOf(l.Job()).job)
 	trace.SpanFromContext(ctx).AddEvent("lease.lost", trace.WithAttributes(attribute.String("slotcron.cause", cause.Error())))
 }
 
