@@ -295,16 +295,15 @@ func (r *runner) refuse(now time.Time, batch []*pending, offset time.Duration) {
 // send claims a batch in one round trip and acts on each answer.
 func (r *runner) send(ctx context.Context, batch []*pending) {
 	claims := make([]locking.SlotClaim, len(batch))
-	spans := make([]trace.Span, len(batch))
-	ctxs := make([]context.Context, len(batch))
 	for i, p := range batch {
 		claims[i] = p.claim
-		name := "slot"
-		if p.claim.Kind == locking.ClaimTakeover {
-			name = "slot.watch"
-		}
-		ctxs[i], spans[i] = r.s.tel.startSlot(ctx, name, p.job.Name, p.claim.Slot)
 	}
+	ctxs, spans := r.s.tel.startSlots(ctx, len(batch), func(i int) (string, string, time.Time) {
+		if batch[i].claim.Kind == locking.ClaimTakeover {
+			return "slot.watch", batch[i].job.Name, batch[i].claim.Slot
+		}
+		return "slot", batch[i].job.Name, batch[i].claim.Slot
+	})
 	claimSpans := r.s.tel.startClaims(ctxs)
 	cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
 	results, err := r.s.claimer.Claim(cctx, claims)

@@ -51,11 +51,13 @@ type telemetry struct {
 	offsetG  metric.Float64Gauge
 }
 
-// jobMetrics are a job's metric attribute sets, built once.
+// jobMetrics are a job's metric options, built once (as the slices the
+// variadic Add and Record take, so that a call allocates nothing).
 type jobMetrics struct {
-	job      metric.MeasurementOption            // {job}
-	outcomes map[string]metric.MeasurementOption // {job, outcome}
-	states   map[string]metric.MeasurementOption // {job, state}
+	jobAdd    []metric.AddOption               // {job}
+	jobRecord []metric.RecordOption            // {job}
+	outcomes  map[string][]metric.AddOption    // {job, outcome}
+	states    map[string][]metric.RecordOption // {job, state}
 }
 
 // Every outcome and final state the scheduler records, for jobMetrics.
@@ -67,21 +69,31 @@ var (
 )
 
 func newJobMetrics(job string) *jobMetrics {
+	byJob := metric.WithAttributeSet(attribute.NewSet(attribute.String("job", job)))
 	m := &jobMetrics{
-		job:      metric.WithAttributeSet(attribute.NewSet(attribute.String("job", job))),
-		outcomes: make(map[string]metric.MeasurementOption, len(metricOutcomes)),
-		states:   make(map[string]metric.MeasurementOption, len(metricStates)),
+		jobAdd:    []metric.AddOption{byJob},
+		jobRecord: []metric.RecordOption{byJob},
+		outcomes:  make(map[string][]metric.AddOption, len(metricOutcomes)),
+		states:    make(map[string][]metric.RecordOption, len(metricStates)),
 	}
 	for _, o := range metricOutcomes {
-		m.outcomes[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("job", job), attribute.String("outcome", o)))
+		m.outcomes[o] = []metric.AddOption{outcomeSet(job, o)}
 	}
 	for _, st := range metricStates {
-		m.states[st] = metric.WithAttributeSet(attribute.NewSet(attribute.String("job", job), attribute.String("state", st)))
+		m.states[st] = []metric.RecordOption{stateSet(job, st)}
 	}
 	return m
 }
 
-// metricsOf returns job's attribute sets; a job outside the table (none is)
+func outcomeSet(job, outcome string) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String("job", job), attribute.String("outcome", outcome)))
+}
+
+func stateSet(job, state string) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String("job", job), attribute.String("state", state)))
+}
+
+// metricsOf returns job's metric options; a job outside the table (none is)
 // gets them built on the spot.
 func (t *telemetry) metricsOf(job string) *jobMetrics {
 	if m, ok := t.jobs[job]; ok {
@@ -90,18 +102,18 @@ func (t *telemetry) metricsOf(job string) *jobMetrics {
 	return newJobMetrics(job)
 }
 
-func (m *jobMetrics) outcome(job, outcome string) metric.MeasurementOption {
+func (m *jobMetrics) outcome(job, outcome string) []metric.AddOption {
 	if o, ok := m.outcomes[outcome]; ok {
 		return o
 	}
-	return metric.WithAttributes(attribute.String("job", job), attribute.String("outcome", outcome))
+	return []metric.AddOption{outcomeSet(job, outcome)}
 }
 
-func (m *jobMetrics) state(job, state string) metric.MeasurementOption {
+func (m *jobMetrics) state(job, state string) []metric.RecordOption {
 	if o, ok := m.states[state]; ok {
 		return o
 	}
-	return metric.WithAttributes(attribute.String("job", job), attribute.String("state", state))
+	return []metric.RecordOption{stateSet(job, state)}
 }
 
 // Span start options, built once.
@@ -157,6 +169,23 @@ func (t *telemetry) startSlot(ctx context.Context, name, job string, slot time.T
 		span.SetAttributes(attrJob.String(job), attrSlot.String(slot.UTC().Format(time.RFC3339)), attrReplica.String(t.replica))
 	}
 	return ctx, span
+}
+
+// startSlots starts the slot spans of a batch, as startSlot does. When the
+// first one has no trace ID, no SDK is installed (the global provider's
+// default, or a no-op provider), so every span would be a no-op: the others
+// are not started, and their contexts are ctx.
+func (t *telemetry) startSlots(ctx context.Context, n int, slot func(i int) (name, job string, at time.Time)) ([]context.Context, []trace.Span) {
+	ctxs, spans := make([]context.Context, n), make([]trace.Span, n)
+	for i := range n {
+		if i > 0 && !spans[0].SpanContext().IsValid() {
+			ctxs[i], spans[i] = ctx, noSpan
+			continue
+		}
+		name, job, at := slot(i)
+		ctxs[i], spans[i] = t.startSlot(ctx, name, job, at)
+	}
+	return ctxs, spans
 }
 
 func (t *telemetry) endSlot(span trace.Span, job, outcome, holder string, fence int64, attempt int, err error) {
@@ -220,15 +249,15 @@ func (t *telemetry) endClaims(spans []trace.Span, results []locking.ClaimResult,
 // Metric labels are short (job, outcome, state, result), as Prometheus users
 // write them; spans and logs use the slotcron. prefix.
 func (t *telemetry) claimed(job, outcome string) {
-	t.claims.Add(context.Background(), 1, t.metricsOf(job).outcome(job, outcome))
+	t.claims.Add(context.Background(), 1, t.metricsOf(job).outcome(job, outcome)...)
 }
 
 func (t *telemetry) dispatched(job string, delay time.Duration) {
-	t.delay.Record(context.Background(), delay.Seconds(), t.metricsOf(job).job)
+	t.delay.Record(context.Background(), delay.Seconds(), t.metricsOf(job).jobRecord...)
 }
 
 func (t *telemetry) ran(job, state string, took time.Duration) {
-	t.duration.Record(context.Background(), took.Seconds(), t.metricsOf(job).state(job, state))
+	t.duration.Record(context.Background(), took.Seconds(), t.metricsOf(job).state(job, state)...)
 }
 
 func (t *telemetry) startRun(sctx context.Context) (context.Context, trace.Span) {
@@ -285,7 +314,7 @@ func (t *telemetry) renewed(ctx context.Context, l *locking.SlotLease, n int) {
 
 // lost counts a lease lost mid-run and marks the run span.
 func (t *telemetry) lost(ctx context.Context, l *locking.SlotLease, cause error) {
-	t.losses.Add(context.Background(), 1, t.metricsOf(l.Job()).job)
+	t.losses.Add(context.Background(), 1, t.metricsOf(l.Job()).jobAdd...)
 	trace.SpanFromContext(ctx).AddEvent("lease.lost", trace.WithAttributes(attribute.String("slotcron.cause", cause.Error())))
 }
 

@@ -1,0 +1,90 @@
+package scheduler_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
+)
+
+// switchingProvider is a no-op tracer provider until on is set, then an SDK:
+// like the global provider before and after otel.SetTracerProvider.
+type switchingProvider struct {
+	embedded.TracerProvider
+	on  atomic.Bool
+	sdk trace.TracerProvider
+}
+
+func (p *switchingProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return &switchingTracer{p: p, sdk: p.sdk.Tracer(name, opts...), off: noop.NewTracerProvider().Tracer(name)}
+}
+
+type switchingTracer struct {
+	embedded.Tracer
+	p        *switchingProvider
+	sdk, off trace.Tracer
+}
+
+func (t *switchingTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if t.p.on.Load() {
+		return t.sdk.Start(ctx, name, opts...)
+	}
+	return t.off.Start(ctx, name, opts...)
+}
+
+// With no SDK, the scheduler skips the spans of a batch that would all be
+// no-ops; an SDK installed while it runs gets every slot's spans from the
+// next tick on.
+func TestSpansOnceAProviderRecords(t *testing.T) {
+	e := newEnv(t)
+	spans := tracetest.NewSpanRecorder()
+	tp := &switchingProvider{sdk: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))}
+	names := []string{"a", "b", "c"}
+	var table []scheduler.Job
+	fns := map[string]jobs.Func{}
+	for _, n := range names {
+		table = append(table, scheduler.Job{Name: n, Schedule: "@every 1s"})
+		fns[n] = func(context.Context, jobs.Run) error { return nil }
+	}
+	first := nextSecond(500 * time.Millisecond)
+	e.start("r1", "", registry(t, fns), table, scheduler.WithTracerProvider(tp))
+	sleepUntil(first.Add(1500 * time.Millisecond)) // two ticks without an SDK
+	if n := len(spans.Ended()); n != 0 {
+		t.Fatalf("%d spans ended before an SDK was installed", n)
+	}
+	tp.on.Store(true)
+	on := first.Add(2 * time.Second) // the next tick
+	sleepUntil(on.Add(2500 * time.Millisecond))
+
+	// Every job's slots from then on have their whole set of spans.
+	count := map[string]int{}
+	for _, s := range spans.Ended() {
+		count[s.Name()]++
+		if s.Name() == "slot" {
+			var job string
+			for _, a := range s.Attributes() {
+				if a.Key == "slotcron.job" {
+					job = a.Value.AsString()
+				}
+			}
+			if job == "" {
+				t.Errorf("slot span without slotcron.job: %v", s.Attributes())
+			}
+		}
+	}
+	want := len(names) * 2 // at least two ticks after the switch
+	for _, name := range []string{"slot", "lock.claim", "job.run", "lock.finish"} {
+		if count[name] < want {
+			t.Errorf("%d %s spans after the SDK was installed, want at least %d (all: %v)", count[name], name, want, count)
+		}
+	}
+}
