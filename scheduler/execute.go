@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -36,8 +37,11 @@ func (r *runner) start(j *jobState, lease *locking.SlotLease, catchup bool, sctx
 func (r *runner) execute(j *jobState, lease *locking.SlotLease, sctx, runCtx context.Context, runSpan, slotSpan trace.Span) {
 	run := jobs.Run{Job: j.Name, Slot: lease.Slot(), Attempt: lease.Attempt(), Fence: lease.Fence(),
 		Replica: r.s.cfg.replica, Token: lease.Token()}
-	log := r.log.With("slotcron.job", j.Name, "slotcron.slot", run.Slot.UTC().Format(time.RFC3339),
-		"slotcron.fence", run.Fence, "slotcron.attempt", run.Attempt)
+	log := r.log
+	if log.Enabled(context.Background(), slog.LevelError) { // a logger that keeps nothing needs no attributes
+		log = log.With("slotcron.job", j.Name, "slotcron.slot", run.Slot.UTC().Format(time.RFC3339),
+			"slotcron.fence", run.Fence, "slotcron.attempt", run.Attempt)
+	}
 	r.s.tel.dispatched(j.Name, r.clock.Now().Sub(run.Slot))
 
 	// Record a loss when it happens, whatever ended the lease: a failed token
