@@ -252,7 +252,7 @@ func (s *Slots) Claim(ctx context.Context, claims []SlotClaim) ([]ClaimResult, e
 			return nil, fmt.Errorf("locking: Claim %d (%s): lease TTL must be >= %v and retention > 0", i, c.Job, minTTL)
 		}
 	}
-	tokens := newTokens(len(claims))
+	tokens := make([]string, len(claims))
 	var (
 		calls  []call
 		groups [][]int // the claims each call answers
@@ -334,32 +334,52 @@ func (s *Slots) group(claims []SlotClaim) [][]int {
 // claimModes are slot_claim's ARGV mode for each kind of claim.
 var claimModes = [...]string{ClaimLive: "live", ClaimCatchup: "wait", ClaimMiss: "miss"}
 
-// claimCall is one slot_claim call for the claims at indexes g.
+// claimProfile is what claims of one job share in slot_claim's arguments:
+// sent once per call, not once per claim.
+type claimProfile struct {
+	ttl, retention int64
+	overlap, mode  string
+	reason         string
+}
+
+// claimCall is one slot_claim call for the claims at indexes g. It sets
+// their tokens: the call's random base, a dot and the claim's position.
 func (s *Slots) claimCall(claims []SlotClaim, tokens []string, g []int) call {
+	base := newToken()
+	index := map[claimProfile]int{}
+	var profiles []any
+	perClaim := make([]any, 0, 3*len(g))
 	keys := make([]string, 0, 5*len(g))
-	args := make([]any, 0, 2+8*len(g))
-	args = append(args, claims[g[0]].Replica, s.maxHistory)
-	for _, i := range g {
+	for k, i := range g {
 		c := claims[i]
 		slot := c.Slot.Unix()
 		keys = append(keys, s.recordKey(c.Job, slot), s.leaseKey(c.Job, slot, c.AllowOverlap),
 			s.fenceKey(c.Job), s.runsKey(c.Job), s.lastKey(c.Job))
-		overlap := "skip"
+		p := claimProfile{ttl: c.LeaseTTL.Milliseconds(), retention: c.Retention.Milliseconds(),
+			overlap: "skip", mode: claimModes[c.Kind], reason: c.Reason}
 		if c.AllowOverlap {
-			overlap = "allow"
+			p.overlap = "allow"
 		}
-		mode := claimModes[c.Kind]
-		reason := c.Reason
-		if reason == "" {
-			reason = "misfire"
+		if p.reason == "" {
+			p.reason = "misfire"
 		}
-		args = append(args, tokens[i], slot, c.LeaseTTL.Milliseconds(), c.Retention.Milliseconds(),
-			overlap, mode, c.Deadline.UnixMilli(), reason)
+		pi, ok := index[p]
+		if !ok {
+			pi = len(index) + 1
+			index[p] = pi
+			profiles = append(profiles, p.ttl, p.retention, p.overlap, p.mode, p.reason)
+		}
+		perClaim = append(perClaim, slot, c.Deadline.UnixMilli(), pi)
+		tokens[i] = base + "." + strconv.Itoa(k+1)
 	}
+	args := make([]any, 0, 4+len(profiles)+len(perClaim))
+	args = append(args, claims[g[0]].Replica, s.maxHistory, base, len(index))
+	args = append(append(args, profiles...), perClaim...)
 	return call{slotClaimScript, keys, args}
 }
 
-// takeoverCall is one slot_takeover call for the takeovers at indexes g.
+// takeoverCall is one slot_takeover call for the takeovers at indexes g. It
+// sets their tokens.
 func (s *Slots) takeoverCall(claims []SlotClaim, tokens []string, g []int) call {
 	keys := make([]string, 0, 4*len(g))
 	args := make([]any, 0, 2+6*len(g))
@@ -367,6 +387,7 @@ func (s *Slots) takeoverCall(claims []SlotClaim, tokens []string, g []int) call 
 	for _, i := range g {
 		c := claims[i]
 		slot := c.Slot.Unix()
+		tokens[i] = newToken()
 		keys = append(keys, s.recordKey(c.Job, slot), s.leaseKey(c.Job, slot, c.AllowOverlap), s.fenceKey(c.Job), s.runsKey(c.Job))
 		policy := "abandon"
 		if c.Retry {

@@ -17,15 +17,16 @@ func TestSlotClaimRetryIsRecognised(t *testing.T) {
 	s, _ := NewSlots(srv.Client(), srv.Key("retry"))
 	c := SlotClaim{Kind: ClaimLive, Job: "j", Slot: time.Unix(1_700_001_000, 0), Replica: "r1",
 		LeaseTTL: time.Second, Retention: time.Hour, Deadline: time.Now().Add(time.Minute)}
-	token := newToken()
+	tokens := make([]string, 1)
+	again := s.claimCall([]SlotClaim{c}, tokens, []int{0}) // one call, sent twice, as a retry does
 	ctx := context.Background()
 	var fences []int64
 	for range 2 {
-		vals, err := s.batch(ctx, []call{s.claimCall([]SlotClaim{c}, []string{token}, []int{0})})[0].Slice()
+		vals, err := s.batch(ctx, []call{again})[0].Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := s.parseClaim(ctx, c, token, time.Now(), vals[0].([]any), nil)
+		res := s.parseClaim(ctx, c, tokens[0], time.Now(), vals[0].([]any), nil)
 		if res.Outcome != OutcomeWon {
 			t.Fatalf("claim with the same token: %+v", res)
 		}

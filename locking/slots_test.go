@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -273,6 +274,68 @@ func TestSlotClaimBatchIsOneRoundTrip(t *testing.T) {
 	for _, l := range leases {
 		if l.Context().Err() == nil {
 			t.Fatal("a finished lease is still live")
+		}
+	}
+}
+
+// One call carries claims whose jobs differ in TTL, overlap, kind and miss
+// reason (the script gets each combination once, and each claim points at
+// its own): every claim must be decided with its own.
+func TestSlotClaimMixedBatch(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	slot := time.Unix(1_700_000_300, 0)
+	short := live("short", slot, "r1")
+	short.LeaseTTL = 2 * time.Second
+	long := live("long", slot, "r1")
+	long.LeaseTTL = 40 * time.Second
+	par := live("par", slot, "r1")
+	par.AllowOverlap, par.LeaseTTL = true, 20*time.Second
+	miss := live("gone", slot, "r1")
+	miss.Kind, miss.Reason = locking.ClaimMiss, "everyone was down"
+	late := live("late", slot, "r1")
+	late.Deadline = time.Now().Add(-time.Second)
+	res, err := s.Claim(ctx, []locking.SlotClaim{short, long, par, miss, late, long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []locking.Outcome{locking.OutcomeWon, locking.OutcomeWon, locking.OutcomeWon,
+		locking.OutcomeMissed, locking.OutcomeMissed, locking.OutcomeLost} {
+		if res[i].Err != nil || res[i].Outcome != want {
+			t.Fatalf("claim %d: %+v, want %s", i, res[i], want)
+		}
+	}
+	if res[5].Holder != "r1" || res[5].Fence != res[1].Fence {
+		t.Fatalf("the second claim of long in the batch: %+v, want lost to the first (fence %d)", res[5], res[1].Fence)
+	}
+	ttl := func(key string) time.Duration {
+		d, err := rdb.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, c := range []struct {
+		key      string
+		min, max time.Duration
+	}{
+		{s.Prefix() + ":{short}:lease", time.Second, 2 * time.Second},
+		{s.Prefix() + ":{long}:lease", 39 * time.Second, 40 * time.Second},
+		{s.Prefix() + ":{par}:lease:1700000300", 19 * time.Second, 20 * time.Second},
+	} {
+		if d := ttl(c.key); d < c.min || d > c.max {
+			t.Errorf("%s has TTL %v, want %v..%v", c.key, d, c.min, c.max)
+		}
+	}
+	if rec, _, _ := s.Record(ctx, "gone", slot); rec.State != locking.StateMissed || rec.Error != "everyone was down" {
+		t.Errorf("the missed slot's record: %+v", rec)
+	}
+	if rec, _, _ := s.Record(ctx, "late", slot); rec.State != locking.StateMissed || !strings.HasPrefix(rec.Error, "misfire: ") {
+		t.Errorf("the late slot's record: %+v", rec)
+	}
+	for _, i := range []int{0, 1, 2} {
+		if tok := res[i].Lease.Token(); strings.Count(tok, ".") != 1 || res[i].Lease.Token() == res[(i+1)%3].Lease.Token() {
+			t.Errorf("lease %d has token %q", i, tok)
 		}
 	}
 }

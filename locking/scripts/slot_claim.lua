@@ -15,17 +15,22 @@
 --       scores the latest slot (unix s) that has a record
 -- ARGV[1]  the replica ID
 -- ARGV[2]  the history's approximate maximum length
--- ARGV     then 8 per claim, claim i from ARGV[2+8*(i-1)+1]:
---   +1  this claim's token (random; a retried claim sends the same one)
---   +2  the slot, unix seconds
---   +3  the lease TTL, ms
---   +4  the record's retention, ms
---   +5  "skip": a run of the job in progress blocks the slot; "allow": it does not
---   +6  the mode: "live" records a skipped or missed slot; "wait" (catch-up)
+-- ARGV[3]  the tokens' base: claim i's token is ARGV[3] .. "." .. i (random;
+--          a retried call sends the same base)
+-- ARGV[4]  the number of profiles, P
+-- ARGV     then 5 per profile (what claims of one job share), profile p
+--          from ARGV[4+5*(p-1)+1]:
+--   +1  the lease TTL, ms
+--   +2  the record's retention, ms
+--   +3  "skip": a run of the job in progress blocks the slot; "allow": it does not
+--   +4  the mode: "live" records a skipped or missed slot; "wait" (catch-up)
 --       answers busy instead of recording skipped and has no deadline;
 --       "miss" records the slot missed unless it has a record
---   +7  the deadline: the latest start, ms on Redis's clock (mode "live")
---   +8  the reason recorded with a missed slot
+--   +5  the reason recorded with a missed slot
+-- ARGV     then 3 per claim, claim i from ARGV[4+5*P+3*(i-1)+1]:
+--   +1  the slot, unix seconds
+--   +2  the deadline: the latest start, ms on Redis's clock (mode "live")
+--   +3  the claim's profile, 1..P
 --
 -- Returns one reply per claim, in order, each one of
 --   {"won", fence, attempt}                      this replica runs the slot
@@ -33,7 +38,7 @@
 --   {"skipped", holder, holder_slot, pttl}       recorded: the run of holder_slot holds the lease
 --   {"busy", holder, pttl, holder_slot}          mode "wait": a run holds the lease; nothing recorded
 --   {"missed", late_ms}                          recorded: past the deadline, or mode "miss"
-local replica, maxlen = ARGV[1], ARGV[2]
+local replica, maxlen, base = ARGV[1], ARGV[2], ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -45,15 +50,16 @@ local function close_unrun(rec, runs, last, slot, retention, state, why)
   redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', state, 'replica', replica, 'error', why)
 end
 
-local function claim(rec, lease, fence, runs, last, token, slot, ttl, retention, overlap, mode, deadline, reason)
+local function claim(rec, lease, fence, runs, last, i, slot, ttl, retention, overlap, mode, deadline, reason)
   local r = redis.call('HMGET', rec, 'owner', 'state', 'token', 'fence', 'attempt')
   if r[2] then
     local f, attempt = tonumber(r[4] or '0') or 0, tonumber(r[5] or '0') or 0
-    if r[3] == token and r[2] == 'running' then -- a retried claim of ours
+    if r[1] == replica and r[2] == 'running' and r[3] == base .. '.' .. i then -- a retried claim of ours
       return {'won', f, attempt}
     end
     return {'lost', r[1] or '', r[2], f, attempt}
   end
+  local token = base .. '.' .. i
 
   local late = now - tonumber(slot) * 1000
   if mode == 'miss' then
@@ -90,10 +96,16 @@ local function claim(rec, lease, fence, runs, last, token, slot, ttl, retention,
   return {'won', f, 1}
 end
 
-local out = {}
+local profiles, np = {}, tonumber(ARGV[4])
+for p = 1, np do
+  local a = 4 + 5 * (p - 1)
+  profiles[p] = {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]}
+end
+local out, first = {}, 4 + 5 * np
 for i = 1, #KEYS / 5 do
-  local k, a = 5 * (i - 1), 2 + 8 * (i - 1)
+  local k, a = 5 * (i - 1), first + 3 * (i - 1)
+  local p = profiles[tonumber(ARGV[a + 3])]
   out[i] = claim(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5],
-    ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8])
+    i, ARGV[a + 1], p[1], p[2], p[3], p[4], ARGV[a + 2], p[5])
 end
 return out
