@@ -146,17 +146,10 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration, opts .
 }
 
 // newToken returns 128 bits from crypto/rand, base64url-encoded (22 characters).
-func newToken() string { return newTokens(1)[0] }
-
-// newTokens returns n tokens like newToken's, from one read of crypto/rand.
-func newTokens(n int) []string {
-	b := make([]byte, 16*n)
-	if _, err := rand.Read(b); err != nil {
+func newToken() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
 		panic(err) // crypto/rand never fails on supported platforms
 	}
-	tokens := make([]string, n)
-	for i := range tokens {
-		tokens[i] = base64.RawURLEncoding.EncodeToString(b[16*i : 16*i+16])
-	}
-	return tokens
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }

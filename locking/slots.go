@@ -238,6 +238,15 @@ func (s *Slots) batch(ctx context.Context, calls []call) []*redis.Cmd {
 	return cmds
 }
 
+// replies returns the n replies of a batched script call, one per item.
+func replies(cmd *redis.Cmd, n int) ([]any, error) {
+	vals, err := cmd.Slice()
+	if err == nil && len(vals) != n {
+		err = fmt.Errorf("%d replies for %d items", len(vals), n)
+	}
+	return vals, err
+}
+
 // Claim sends every claim in one pipeline: one round trip for all the jobs due
 // at an instant, however many. On a single server the claims share one script
 // call, on a Cluster one call per hash slot. It returns one result per claim,
@@ -269,10 +278,7 @@ func (s *Slots) Claim(ctx context.Context, claims []SlotClaim) ([]ClaimResult, e
 	results := make([]ClaimResult, len(claims))
 	for gi, cmd := range s.batch(ctx, calls) {
 		g := groups[gi]
-		vals, err := cmd.Slice()
-		if err == nil && len(vals) != len(g) {
-			err = fmt.Errorf("%d replies for %d claims", len(vals), len(g))
-		}
+		vals, err := replies(cmd, len(g))
 		for k, i := range g {
 			var v []any
 			if err == nil {

@@ -140,10 +140,7 @@ func (s *Slots) Finish(ctx context.Context, reqs []FinishRequest) []error {
 	}
 	for gi, cmd := range s.batch(ctx, calls) {
 		g := groups[gi]
-		vals, err := cmd.Slice()
-		if err == nil && len(vals) != len(g) {
-			err = fmt.Errorf("%d replies for %d runs", len(vals), len(g))
-		}
+		vals, err := replies(cmd, len(g))
 		for k, i := range g {
 			l := reqs[i].Lease
 			if err != nil {

@@ -59,7 +59,6 @@ local function claim(rec, lease, fence, runs, last, i, slot, ttl, retention, ove
     end
     return {'lost', r[1] or '', r[2], f, attempt}
   end
-  local token = base .. '.' .. i
 
   local late = now - tonumber(slot) * 1000
   if mode == 'miss' then
@@ -70,6 +69,7 @@ local function claim(rec, lease, fence, runs, last, i, slot, ttl, retention, ove
     close_unrun(rec, runs, last, slot, retention, 'missed', reason .. ': ' .. late .. 'ms after the slot, past the misfire grace')
     return {'missed', late}
   end
+  local token = base .. '.' .. i
   local value = token .. ' ' .. slot .. ' ' .. replica
   if overlap == 'skip' then
     if not redis.call('SET', lease, value, 'PX', ttl, 'NX') then -- a run holds the job
