@@ -62,29 +62,39 @@ func TestSpansOnceAProviderRecords(t *testing.T) {
 		t.Fatalf("%d spans ended before an SDK was installed", n)
 	}
 	tp.on.Store(true)
-	on := first.Add(2 * time.Second) // the next tick
-	sleepUntil(on.Add(2500 * time.Millisecond))
 
-	// Every job's slots from then on have their whole set of spans.
-	count := map[string]int{}
-	for _, s := range spans.Ended() {
-		count[s.Name()]++
-		if s.Name() == "slot" {
-			var job string
-			for _, a := range s.Attributes() {
-				if a.Key == "slotcron.job" {
-					job = a.Value.AsString()
-				}
-			}
-			if job == "" {
-				t.Errorf("slot span without slotcron.job: %v", s.Attributes())
+	// Every job's slots from then on have their whole set of spans: wait for
+	// two ticks' worth.
+	kinds := []string{"slot", "lock.claim", "job.run", "lock.finish"}
+	want := len(names) * 2
+	count := func() map[string]int {
+		c := map[string]int{}
+		for _, s := range spans.Ended() {
+			c[s.Name()]++
+		}
+		return c
+	}
+	waitFor(t, 5*time.Second, "no whole slots traced after the SDK was installed", func() bool {
+		c := count()
+		for _, k := range kinds {
+			if c[k] < want {
+				return false
 			}
 		}
-	}
-	want := len(names) * 2 // at least two ticks after the switch
-	for _, name := range []string{"slot", "lock.claim", "job.run", "lock.finish"} {
-		if count[name] < want {
-			t.Errorf("%d %s spans after the SDK was installed, want at least %d (all: %v)", count[name], name, want, count)
+		return true
+	})
+	for _, s := range spans.Ended() {
+		if s.Name() != "slot" {
+			continue
+		}
+		var job string
+		for _, a := range s.Attributes() {
+			if a.Key == "slotcron.job" {
+				job = a.Value.AsString()
+			}
+		}
+		if job == "" {
+			t.Errorf("slot span without slotcron.job: %v", s.Attributes())
 		}
 	}
 }
