@@ -19,6 +19,9 @@ type process struct {
 	port int
 	addr string
 	args []string // extra redis-server arguments, such as cluster mode
+	// sentinel, when set, makes this a Sentinel: redis-server <sentinel>
+	// --sentinel, with sentinel the config file it may rewrite.
+	sentinel string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -61,6 +64,10 @@ func (p *process) launch() error {
 		"--daemonize", "no",
 		"--logfile", filepath.Join(p.dir, "redis.log"),
 	}, p.args...)
+	if p.sentinel != "" {
+		args = append([]string{p.sentinel, "--sentinel", "--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
+			"--dir", p.dir, "--daemonize", "no", "--logfile", filepath.Join(p.dir, "redis.log")}, p.args...)
+	}
 	cmd := exec.Command("redis-server", args...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)

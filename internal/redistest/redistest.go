@@ -129,6 +129,7 @@ func Main(m *testing.M, addr *string) {
 }
 
 func runMain(m *testing.M, addr *string) int {
+	quietRedis()
 	if addr != nil {
 		dir, err := os.MkdirTemp("", "redistest")
 		if err != nil {
@@ -152,6 +153,15 @@ func runMain(m *testing.M, addr *string) int {
 	}
 	return checkLeaks(m.Run())
 }
+
+// quietRedis silences go-redis's own logger (reconnects, pool errors, the
+// maintenance-notification probe), which prints to stderr on its own and
+// drowns the failure that matters. The tests check errors where they happen.
+func quietRedis() { redis.SetLogger(discardLogger{}) }
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(context.Context, string, ...any) {}
 
 // checkLeaks fails a passing run whose goroutines outlived its tests.
 func checkLeaks(code int) int {

@@ -219,3 +219,34 @@ func TestProxyFreezeAndThaw(t *testing.T) {
 		t.Fatalf("PING after Thaw: %v", err)
 	}
 }
+
+// TestSentinelFailover: the deployment starts in sync, a failover client
+// writes through the sentinels, and after a forced failover the same client
+// reaches the new master and reads what was written before.
+func TestSentinelFailover(t *testing.T) {
+	s := StartSentinel(t)
+	ctx := context.Background()
+	c := s.Client()
+	if err := c.Set(ctx, "k", "before", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Do(ctx, "WAIT", 1, 1000) // replicated before the failover
+	from, to := s.Failover()
+	if from == to {
+		t.Fatalf("failover kept the master at %s", from)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v, err := c.Get(ctx, "k").Result()
+		if err == nil && v == "before" {
+			if err := c.Set(ctx, "k", "after", 0).Err(); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failover client did not reach the new master %s: %v %q", to, err, v)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("failover from %s to %s", from, to)
+}

@@ -1,0 +1,204 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Sentinel is a real Sentinel deployment: a master, one replica and three
+// sentinels, each a redis-server process on a loopback port, gone when the
+// test ends. The master's name is MasterName.
+type Sentinel struct {
+	t         testing.TB
+	servers   []*process // the master and the replica; roles swap on failover
+	sentinels []*process
+	clients   []redis.UniversalClient
+}
+
+// MasterName is the name the sentinels monitor the master under.
+const MasterName = "slotcron-test"
+
+// StartSentinel starts a master, a replica of it and three sentinels with a
+// quorum of 2 and a 1s down-after, and waits until the replica is in sync and
+// every sentinel knows the others. It needs redis-server on PATH.
+func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redistest: StartSentinel needs redis-server on PATH (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)")
+	}
+	s := &Sentinel{t: t}
+	t.Cleanup(s.close)
+	master, err := startProcess(t.TempDir())
+	if err != nil {
+		t.Fatalf("redistest: sentinel's master: %v", err)
+	}
+	s.servers = append(s.servers, master)
+	replica, err := startProcess(t.TempDir(), "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
+	if err != nil {
+		t.Fatalf("redistest: sentinel's replica: %v", err)
+	}
+	s.servers = append(s.servers, replica)
+	for range 3 {
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\n"+
+			"sentinel down-after-milliseconds %s 1000\n"+
+			"sentinel failover-timeout %s 10000\n"+
+			"sentinel parallel-syncs %s 1\n", MasterName, master.port, MasterName, MasterName, MasterName)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var p *process
+		for range 5 { // a free port can be taken between probing and binding
+			port, perr := freePort()
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			p = &process{dir: dir, port: port, addr: "127.0.0.1:" + strconv.Itoa(port), sentinel: conf}
+			if err = p.launch(); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("redistest: sentinel: %v", err)
+		}
+		s.sentinels = append(s.sentinels, p)
+	}
+	if err := s.wait(30*time.Second, s.ready); err != nil {
+		t.Fatalf("redistest: sentinel deployment not ready: %v", err)
+	}
+	return s
+}
+
+// Addrs returns the sentinels' host:port addresses.
+func (s *Sentinel) Addrs() []string {
+	out := make([]string, len(s.sentinels))
+	for i, p := range s.sentinels {
+		out[i] = p.addr
+	}
+	return out
+}
+
+// Client returns a failover client (through the sentinels), closed when the
+// test ends.
+func (s *Sentinel) Client() *redis.Client {
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: MasterName, SentinelAddrs: s.Addrs()})
+	s.clients = append(s.clients, c)
+	return c
+}
+
+// Master returns the current master's address, as the sentinels see it.
+func (s *Sentinel) Master() string {
+	s.t.Helper()
+	addr, err := s.masterAddr()
+	if err != nil {
+		s.t.Fatalf("redistest: sentinel master: %v", err)
+	}
+	return addr
+}
+
+func (s *Sentinel) masterAddr() (string, error) {
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.sentinels[0].addr})
+	defer c.Close()
+	a, err := c.GetMasterAddrByName(context.Background(), MasterName).Result()
+	if err != nil {
+		return "", err
+	}
+	return a[0] + ":" + a[1], nil
+}
+
+// Failover forces a failover (SENTINEL FAILOVER) and waits until the old
+// replica is the master the sentinels name and answers as one. It returns
+// the old and the new master's addresses.
+func (s *Sentinel) Failover() (from, to string) {
+	s.t.Helper()
+	from = s.Master()
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.sentinels[0].addr})
+	defer c.Close()
+	if err := c.Failover(context.Background(), MasterName).Err(); err != nil {
+		s.t.Fatalf("redistest: SENTINEL FAILOVER: %v", err)
+	}
+	err := s.wait(30*time.Second, func() error {
+		to, _ = s.masterAddr()
+		if to == "" || to == from {
+			return fmt.Errorf("the sentinels still name %s", from)
+		}
+		return role(to, "master")
+	})
+	if err != nil {
+		s.t.Fatalf("redistest: failover from %s: %v", from, err)
+	}
+	return from, to
+}
+
+// ready reports whether the replica is in sync and every sentinel knows the
+// other two and the replica.
+func (s *Sentinel) ready() error {
+	if err := role(s.servers[1].addr, "slave"); err != nil {
+		return err
+	}
+	r := redis.NewClient(&redis.Options{Addr: s.servers[1].addr})
+	defer r.Close()
+	info, err := r.Info(context.Background(), "replication").Result()
+	if err != nil || !strings.Contains(info, "master_link_status:up") {
+		return fmt.Errorf("replica not in sync: %v", err)
+	}
+	for _, p := range s.sentinels {
+		c := redis.NewSentinelClient(&redis.Options{Addr: p.addr})
+		m, err := c.Master(context.Background(), MasterName).Result()
+		c.Close()
+		if err != nil {
+			return err
+		}
+		if m["num-other-sentinels"] != "2" || m["num-slaves"] != "1" {
+			return fmt.Errorf("sentinel %s sees %s other sentinels and %s replicas", p.addr, m["num-other-sentinels"], m["num-slaves"])
+		}
+	}
+	return nil
+}
+
+// role checks that the server at addr has the given replication role.
+func role(addr, want string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "replication").Result()
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(info, "role:"+want) {
+		return fmt.Errorf("%s is not a %s", addr, want)
+	}
+	return nil
+}
+
+func (s *Sentinel) wait(d time.Duration, ok func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := ok()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v: %w", d, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *Sentinel) close() {
+	for _, c := range s.clients {
+		c.Close()
+	}
+	for _, p := range append(s.sentinels, s.servers...) {
+		p.close()
+	}
+}

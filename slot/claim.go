@@ -1,0 +1,107 @@
+package slot
+
+import (
+	"strconv"
+	"time"
+)
+
+// Kind says what a Claim asks.
+type Kind int
+
+// The kinds of claims.
+const (
+	// ClaimLive claims a slot at its time: past Deadline it is recorded
+	// missed; while a run of the job holds the job's lease (overlap skip) it
+	// is recorded skipped.
+	ClaimLive Kind = iota
+	// ClaimCatchup claims a slot that all replicas missed: no deadline, and a
+	// run in progress answers OutcomeBusy instead of recording skipped.
+	ClaimCatchup
+	// ClaimMiss records the slot missed, with Reason, unless it has a record.
+	ClaimMiss
+	// ClaimTakeover settles a running slot whose owner may be gone: it answers
+	// OutcomeAlive while the owner holds its lease; otherwise it takes the
+	// slot over as the next attempt (Retry, below MaxAttempts) or records it
+	// abandoned.
+	ClaimTakeover
+	// ClaimExpire records the slot missed, with Reason, once its Deadline has
+	// passed on the store's clock, unless it has a record: what a replica
+	// sends for a slot it refuses to claim (its clock is off), so that the
+	// slot still ends with a record if no replica claims it. Before the
+	// deadline it answers OutcomeEarly and records nothing.
+	ClaimExpire
+)
+
+var kindNames = [...]string{ClaimLive: "live", ClaimCatchup: "catchup", ClaimMiss: "miss", ClaimTakeover: "takeover", ClaimExpire: "expire"}
+
+func (k Kind) String() string {
+	if k >= 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Claim is one request of a batch.
+type Claim struct {
+	Kind         Kind
+	Job          string
+	Slot         time.Time
+	Replica      string
+	LeaseTTL     time.Duration
+	Retention    time.Duration
+	AllowOverlap bool      // false: a run of the job in progress blocks the slot
+	Deadline     time.Time // ClaimLive, ClaimExpire: the latest start, on the store's clock
+	// MaxEarly, for ClaimLive: the store refuses the claim, and records
+	// nothing, when the slot is more than this ahead of its clock (the
+	// replica's clock runs ahead). 0: no limit.
+	MaxEarly    time.Duration
+	Reason      string // ClaimLive and ClaimMiss: why a missed slot was missed
+	Retry       bool   // ClaimTakeover: on_owner_lost is retry
+	MaxAttempts int    // ClaimTakeover: the attempt limit
+	// Token is the token the run's lease gets if the claim wins. A claim sent
+	// again because its reply was lost must carry the same token: the store
+	// then recognises it as the same claim and answers won again, instead of
+	// lost to a record with no run behind it. Empty: the store makes one.
+	Token string
+}
+
+// Outcome is the answer to one Claim.
+type Outcome string
+
+// The outcomes of claims. Losing a race is an outcome, not an error.
+const (
+	OutcomeWon       Outcome = "won"       // this replica runs the slot: Lease is set
+	OutcomeLost      Outcome = "lost"      // the slot has a record: Holder, State
+	OutcomeSkipped   Outcome = "skipped"   // recorded skipped: Holder's run of HolderSlot holds the job
+	OutcomeBusy      Outcome = "busy"      // a run holds the job; try again after Wait
+	OutcomeMissed    Outcome = "missed"    // recorded missed: Late says how late
+	OutcomeAlive     Outcome = "alive"     // takeover: the owner holds its lease for Wait
+	OutcomeAbandoned Outcome = "abandoned" // takeover: recorded abandoned
+	OutcomeClosed    Outcome = "closed"    // takeover: no longer running (State)
+	OutcomeGone      Outcome = "gone"      // takeover: the record has expired
+	OutcomeEarly     Outcome = "early"     // too early on the store's clock: nothing recorded; send it again after Wait
+)
+
+// Outcomes lists every Outcome, for metrics that pre-build their label sets.
+var Outcomes = []Outcome{OutcomeWon, OutcomeLost, OutcomeSkipped, OutcomeBusy, OutcomeMissed,
+	OutcomeAlive, OutcomeAbandoned, OutcomeClosed, OutcomeGone, OutcomeEarly}
+
+// Result is the answer to one Claim.
+type Result struct {
+	Outcome Outcome
+	Lease   Lease  // OutcomeWon
+	Holder  string // the record's owner, or the replica whose run holds the lease
+	// HolderSlot is the slot of the run that holds the job's lease
+	// (OutcomeSkipped, OutcomeBusy): the one to watch in case its owner dies.
+	HolderSlot time.Time
+	State      State         // OutcomeLost, OutcomeClosed
+	Fence      int64         // OutcomeWon, OutcomeLost
+	Attempt    int           // OutcomeWon, OutcomeLost, OutcomeAbandoned
+	Wait       time.Duration // the holder's remaining lease, or -1 when none or unknown
+	Late       time.Duration // OutcomeMissed
+	Err        error         // this claim failed; the others of its batch may have succeeded
+	// Unreplicated: the store was asked to have its replicas acknowledge
+	// the claim (Redis WAIT) and fewer did in time. A failover now could lose
+	// the claim, and another replica could run the slot again.
+	Unreplicated bool
+}

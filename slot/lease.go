@@ -1,0 +1,28 @@
+package slot
+
+import (
+	"context"
+	"time"
+)
+
+// Lease is a won slot: the run's token, fence and attempt, and the proof of
+// ownership that the store's Renew keeps alive.
+//
+// A lease can be lost at any moment: its owner can pause past the TTL, Redis
+// can fail over, another replica can take the slot over. Context is cancelled
+// as soon as ownership can no longer be proven, with a cause wrapping
+// ErrLeaseLost; after Finish it is cancelled with a nil cause.
+type Lease interface {
+	Job() string
+	Slot() time.Time
+	Replica() string
+	Token() string
+	Fence() int64
+	Attempt() int
+	// TTL is the lease TTL that renewals restore.
+	TTL() time.Duration
+	// Context is cancelled when the lease ends.
+	Context() context.Context
+	// Deadline is the local time until which ownership is proven.
+	Deadline() time.Time
+}

@@ -1,0 +1,57 @@
+package slot
+
+import "time"
+
+// State is the state in a slot record.
+type State string
+
+// The states of a slot record. A record is "running" until its run finishes;
+// the others are final.
+const (
+	StateRunning   State = "running"
+	StateDone      State = "done"
+	StateFailed    State = "failed"
+	StateAbandoned State = "abandoned"
+	StateMissed    State = "missed"
+	StateSkipped   State = "skipped"
+)
+
+// RunStates are the final states a run can finish with (FinishRequest.State).
+var RunStates = []State{StateDone, StateFailed, StateAbandoned}
+
+// Record is a slot record as a store keeps it.
+type Record struct {
+	Job      string
+	Slot     time.Time
+	State    State
+	Owner    string // the replica that ran it, or recorded it missed or skipped
+	Attempt  int
+	Fence    int64
+	Started  time.Time // zero for a slot that never started
+	Finished time.Time // zero while running
+	Error    string
+}
+
+// FinishRequest is how one run ended.
+type FinishRequest struct {
+	Lease Lease
+	State State  // StateDone, StateFailed or StateAbandoned
+	Error string // the error text, "" for none
+}
+
+// Probe is what a store says of itself when asked: its clock, against which
+// replicas measure theirs, and its epoch, which changes when the store loses
+// its data.
+type Probe struct {
+	Now     time.Time // the store's clock
+	Epoch   string    // written once; another value means the data was lost
+	Created bool      // this probe wrote the epoch: the store held none
+}
+
+// JobState is what a store knows of a job when a replica starts: the latest
+// slot that has a record, and every slot whose record is still running, each
+// of which the replica settles by the job's policy (its owner may be gone).
+type JobState struct {
+	Last    time.Time   // zero when no slot of the job has a record
+	Running []time.Time // oldest first
+}

@@ -1,0 +1,136 @@
+package slotstore_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// BenchmarkClaimBatch claims one slot of each of 100 jobs in one Claim (one
+// script call), first as the winner, then as a loser, then finishes the
+// runs (not measured). It reports what
+// Redis spent running the script, per claim (INFO commandstats, on a server
+// of its own). Calls run back to back here, with Redis's caches warm; a
+// scheduler ticking once a second finds them colder and pays more.
+func BenchmarkClaimBatch(b *testing.B) {
+	srv := redistest.StartOwned(b)
+	rdb := srv.Client()
+	ctx := context.Background()
+	s, err := slotstore.New(rdb, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Prepare(ctx); err != nil {
+		b.Fatal(err)
+	}
+	const njobs = 100
+	batch := func(at time.Time, replica string) []slot.Claim {
+		claims := make([]slot.Claim, njobs)
+		for i := range claims {
+			claims[i] = slot.Claim{Kind: slot.ClaimLive, Job: "job" + strconv.Itoa(i), Slot: at, Replica: replica,
+				LeaseTTL: time.Minute, Retention: time.Hour, Deadline: time.Now().Add(time.Hour)}
+		}
+		return claims
+	}
+	var leases []slot.Lease
+	// scriptTime runs claims and returns Redis's time in EVALSHA for them.
+	scriptTime := func(claims []slot.Claim, want slot.Outcome) time.Duration {
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		res, err := s.Claim(ctx, claims)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Err != nil || r.Outcome != want {
+				b.Fatalf("claim: %+v, want %s", r, want)
+			}
+			if r.Lease != nil {
+				leases = append(leases, r.Lease)
+			}
+		}
+		stats, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, line, ok := strings.Cut(stats, "cmdstat_evalsha:")
+		_, usec, _ := strings.Cut(line, "usec=")
+		usec, _, _ = strings.Cut(usec, ",")
+		n, err := strconv.ParseInt(usec, 10, 64)
+		if !ok || err != nil {
+			b.Fatalf("no EVALSHA time in INFO commandstats: %q", stats)
+		}
+		return time.Duration(n) * time.Microsecond
+	}
+	var won, lost time.Duration
+	at := time.Unix(1_700_000_000, 0)
+	for b.Loop() {
+		at = at.Add(time.Second)
+		won += scriptTime(batch(at, "r1"), slot.OutcomeWon)
+		lost += scriptTime(batch(at, "r2"), slot.OutcomeLost)
+		reqs := make([]slot.FinishRequest, len(leases)) // free the job leases for the next slot
+		for i, l := range leases {
+			reqs[i] = slot.FinishRequest{Lease: l, State: slot.StateDone}
+		}
+		for _, err := range s.Finish(ctx, reqs) {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		leases = leases[:0]
+	}
+	b.ReportMetric(float64(won.Microseconds())/float64(b.N*njobs), "redis-us/won-claim")
+	b.ReportMetric(float64(lost.Microseconds())/float64(b.N*njobs), "redis-us/lost-claim")
+}
+
+// BenchmarkClaimWait is one claim of one slot on a master with one replica,
+// then its finish: with no WAIT, and with redis.wait_replicas 1 (the claim's
+// batch waits until the replica has it). The difference is the cost of the
+// option per batch of claims, on loopback.
+//
+//	go test -run '^$' -bench ClaimWait ./slotstore
+func BenchmarkClaimWait(b *testing.B) {
+	s := redistest.StartSentinel(b)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Master()})
+	defer rdb.Close()
+	ctx := context.Background()
+	var rounds int
+	for _, tt := range []struct {
+		name string
+		opts []slotstore.Option
+	}{
+		{"wait=0", nil},
+		{"wait=1", []slotstore.Option{slotstore.WithWaitReplicas(1, time.Second)}},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			rounds++ // -count N runs each again: fresh keys
+			store, err := slotstore.New(rdb, fmt.Sprintf("wait-%s-%d", tt.name, rounds), tt.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			at := time.Unix(1_700_000_000, 0)
+			for b.Loop() {
+				at = at.Add(time.Second)
+				res, err := store.Claim(ctx, []slot.Claim{{Kind: slot.ClaimLive, Job: "j", Slot: at, Replica: "r1",
+					LeaseTTL: time.Minute, Retention: time.Hour, Deadline: time.Now().Add(time.Hour)}})
+				if err != nil || res[0].Outcome != slot.OutcomeWon || res[0].Unreplicated {
+					b.Fatalf("claim: %+v %v", res, err)
+				}
+				for _, err := range store.Finish(ctx, []slot.FinishRequest{{Lease: res[0].Lease, State: slot.StateDone}}) {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,198 @@
+package slotstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/slotcron/slotcron/internal/rediskit"
+	"github.com/slotcron/slotcron/slot"
+)
+
+// Claim sends every claim in one pipeline: one round trip for all the jobs due
+// at an instant, however many. On a single server the claims share one script
+// call, on a Cluster one call per hash slot. It returns one result per claim,
+// in order; a claim that failed on its own has Err set. The error is non-nil
+// only for invalid claims, and then nothing was sent.
+func (s *Store) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	for i, c := range claims {
+		if err := checkJob(c.Job); err != nil {
+			return nil, fmt.Errorf("slotstore: Claim %d: %w", i, err)
+		}
+		if c.Kind < slot.ClaimLive || c.Kind > slot.ClaimExpire {
+			return nil, fmt.Errorf("slotstore: Claim %d (%s): unknown kind %s", i, c.Job, c.Kind)
+		}
+		if (c.Kind != slot.ClaimMiss && c.Kind != slot.ClaimExpire && c.LeaseTTL < slot.MinLeaseTTL) || c.Retention <= 0 {
+			return nil, fmt.Errorf("slotstore: Claim %d (%s): lease TTL must be >= %v and retention > 0", i, c.Job, slot.MinLeaseTTL)
+		}
+	}
+	tokens := make([]string, len(claims))
+	var (
+		calls  []call
+		groups [][]int // the claims each call answers
+	)
+	for _, g := range s.group(claims) {
+		if claims[g[0]].Kind == slot.ClaimTakeover {
+			calls = append(calls, s.takeoverCall(claims, tokens, g))
+		} else {
+			calls = append(calls, s.claimCall(claims, tokens, g))
+		}
+		groups = append(groups, g)
+	}
+	sent := time.Now()
+	results := make([]slot.Result, len(claims))
+	cmds, acked := s.batchWait(ctx, calls, s.waitReplicas, s.waitTimeout)
+	for gi, cmd := range cmds {
+		g := groups[gi]
+		vals, err := replies(cmd, len(g))
+		for k, i := range g {
+			var v []any
+			if err == nil {
+				v, _ = vals[k].([]any)
+			}
+			results[i] = s.parseClaim(ctx, claims[i], tokens[i], sent, v, err)
+			results[i].Unreplicated = s.waitReplicas > 0 && acked < s.waitReplicas && results[i].Outcome == slot.OutcomeWon
+		}
+	}
+	return results, nil
+}
+
+// group splits claims for split: claims and takeovers apart (two scripts),
+// one replica per call.
+func (s *Store) group(claims []slot.Claim) [][]int {
+	return s.split(len(claims), func(i int) (callKind, string) {
+		c := claims[i]
+		return callKind{takeover: c.Kind == slot.ClaimTakeover, replica: c.Replica}, c.Job
+	})
+}
+
+// claimModes are claim.lua's ARGV mode for each kind of claim.
+var claimModes = [...]string{slot.ClaimLive: "live", slot.ClaimCatchup: "wait", slot.ClaimMiss: "miss", slot.ClaimExpire: "expire"}
+
+// claimProfile is what claims of one job share in claim.lua's arguments:
+// sent once per call, not once per claim.
+type claimProfile struct {
+	ttl, retention int64
+	overlap, mode  string
+	reason         string
+	early          int64
+}
+
+// claimCall is one claim.lua call for the claims at indexes g. It sets
+// their tokens: the claim's own, or the call's random base, a dot and the
+// claim's position.
+func (s *Store) claimCall(claims []slot.Claim, tokens []string, g []int) call {
+	var base string
+	index := map[claimProfile]int{}
+	var profiles []any
+	perClaim := make([]any, 0, 4*len(g))
+	keys := make([]string, 0, 6*len(g))
+	for k, i := range g {
+		c := claims[i]
+		at := c.Slot.Unix()
+		keys = append(keys, s.recordKey(c.Job, at), s.leaseKey(c.Job, at, c.AllowOverlap),
+			s.fenceKey(c.Job), s.runsKey(c.Job), s.lastKey(c.Job), s.runningKey(c.Job))
+		p := claimProfile{ttl: c.LeaseTTL.Milliseconds(), retention: c.Retention.Milliseconds(),
+			overlap: "skip", mode: claimModes[c.Kind], reason: c.Reason, early: c.MaxEarly.Milliseconds()}
+		if c.AllowOverlap {
+			p.overlap = "allow"
+		}
+		if p.reason == "" {
+			p.reason = "misfire"
+		}
+		pi, ok := index[p]
+		if !ok {
+			pi = len(index) + 1
+			index[p] = pi
+			profiles = append(profiles, p.ttl, p.retention, p.overlap, p.mode, p.reason, p.early)
+		}
+		tokens[i] = c.Token
+		if tokens[i] == "" {
+			if base == "" {
+				base = rediskit.NewToken()
+			}
+			tokens[i] = base + "." + strconv.Itoa(k+1)
+		}
+		perClaim = append(perClaim, at, c.Deadline.UnixMilli(), pi, tokens[i])
+	}
+	args := make([]any, 0, 3+len(profiles)+len(perClaim))
+	args = append(args, claims[g[0]].Replica, s.maxHistory, len(index))
+	args = append(append(args, profiles...), perClaim...)
+	return call{claimScript, keys, args}
+}
+
+// takeoverCall is one takeover.lua call for the takeovers at indexes g. It
+// sets their tokens.
+func (s *Store) takeoverCall(claims []slot.Claim, tokens []string, g []int) call {
+	keys := make([]string, 0, 6*len(g))
+	args := make([]any, 0, 2+6*len(g))
+	args = append(args, claims[g[0]].Replica, s.maxHistory)
+	for _, i := range g {
+		c := claims[i]
+		at := c.Slot.Unix()
+		tokens[i] = c.Token
+		if tokens[i] == "" {
+			tokens[i] = rediskit.NewToken()
+		}
+		keys = append(keys, s.recordKey(c.Job, at), s.leaseKey(c.Job, at, false), s.leaseKey(c.Job, at, true),
+			s.fenceKey(c.Job), s.runsKey(c.Job), s.runningKey(c.Job))
+		policy := "abandon"
+		if c.Retry {
+			policy = "retry"
+		}
+		args = append(args, tokens[i], at, c.LeaseTTL.Milliseconds(), c.Retention.Milliseconds(), policy, c.MaxAttempts)
+	}
+	return call{takeoverScript, keys, args}
+}
+
+func (s *Store) parseClaim(ctx context.Context, c slot.Claim, token string, sent time.Time, vals []any, err error) slot.Result {
+	if err == nil && len(vals) == 0 {
+		err = errors.New("empty reply")
+	}
+	if err != nil {
+		return slot.Result{Err: fmt.Errorf("slotstore: claim %s@%d: %w", c.Job, c.Slot.Unix(), err), Wait: -1}
+	}
+	r := reply(vals)
+	res := slot.Result{Outcome: slot.Outcome(r.str(0)), Wait: -1}
+	switch res.Outcome {
+	case slot.OutcomeWon:
+		res.Fence, res.Attempt = r.int(1), int(r.int(2))
+		res.Holder = c.Replica
+		if c.Kind == slot.ClaimTakeover { // the attempt holds the lease the record names
+			c.AllowOverlap = r.str(3) == "slot"
+		}
+		res.Lease = s.newLease(ctx, c, token, res.Fence, res.Attempt, sent)
+	case slot.OutcomeLost:
+		res.Holder, res.State = r.str(1), slot.State(r.str(2))
+		res.Fence, res.Attempt = r.int(3), int(r.int(4))
+	case slot.OutcomeSkipped:
+		res.Holder, res.Wait = r.str(1), r.ms(3)
+		if hs := r.str(2); hs != "" {
+			res.HolderSlot = time.Unix(r.int(2), 0)
+		}
+	case slot.OutcomeBusy:
+		res.Holder, res.Wait = r.str(1), r.ms(2)
+		if hs := r.str(3); hs != "" { // "" when the lease's value was not ours to parse
+			res.HolderSlot = time.Unix(r.int(3), 0)
+		}
+	case slot.OutcomeMissed:
+		res.Late = time.Duration(r.int(1)) * time.Millisecond
+	case slot.OutcomeEarly:
+		res.Wait = r.ms(1)
+	case slot.OutcomeAlive:
+		res.Wait = r.ms(1)
+	case slot.OutcomeAbandoned:
+		res.Holder, res.Attempt, res.Fence = r.str(1), int(r.int(2)), r.int(3)
+	case slot.OutcomeClosed:
+		res.State, res.Holder = slot.State(r.str(1)), r.str(2)
+	case slot.OutcomeGone:
+	default:
+		res.Err = fmt.Errorf("slotstore: claim %s@%d: unexpected reply %v", c.Job, c.Slot.Unix(), vals)
+	}
+	if r.err != nil && res.Err == nil {
+		res.Err = fmt.Errorf("slotstore: claim %s@%d: %w in reply %v", c.Job, c.Slot.Unix(), r.err, vals)
+	}
+	return res
+}

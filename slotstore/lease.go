@@ -1,0 +1,173 @@
+package slotstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/slotcron/slotcron/internal/validity"
+	"github.com/slotcron/slotcron/slot"
+)
+
+// lease is a won slot: the slot.Lease this Store hands out.
+type lease struct {
+	s         *Store
+	job       string
+	slot      time.Time
+	replica   string
+	token     string
+	fence     int64
+	attempt   int
+	ttl       time.Duration
+	retention time.Duration
+	record    string
+	key       string
+	v         *validity.Timer
+}
+
+func (s *Store) newLease(ctx context.Context, c slot.Claim, token string, fence int64, attempt int, sent time.Time) *lease {
+	at := c.Slot.Unix()
+	return &lease{
+		s: s, job: c.Job, slot: time.Unix(at, 0).In(c.Slot.Location()), replica: c.Replica,
+		token: token, fence: fence, attempt: attempt, ttl: c.LeaseTTL, retention: c.Retention,
+		record: s.recordKey(c.Job, at), key: s.leaseKey(c.Job, at, c.AllowOverlap),
+		v: validity.Start(ctx, sent, c.LeaseTTL),
+	}
+}
+
+func (l *lease) Job() string              { return l.job }
+func (l *lease) Slot() time.Time          { return l.slot }
+func (l *lease) Replica() string          { return l.replica }
+func (l *lease) Token() string            { return l.token }
+func (l *lease) Fence() int64             { return l.fence }
+func (l *lease) Attempt() int             { return l.attempt }
+func (l *lease) TTL() time.Duration       { return l.ttl }
+func (l *lease) Context() context.Context { return l.v.Context() }
+func (l *lease) Deadline() time.Time      { return l.v.Deadline() }
+
+// own returns l as a lease of this store.
+func (s *Store) own(l slot.Lease) (*lease, error) {
+	if ml, ok := l.(*lease); ok && ml.s == s {
+		return ml, nil
+	}
+	return nil, fmt.Errorf("%w: %T", ErrForeignLease, l)
+}
+
+// Renew renews every lease in one pipeline: one round trip however many
+// leases a replica holds. It returns one error per lease, in order: nil when
+// renewed; an error wrapping slot.ErrLeaseLost when the run no longer owns its
+// slot (the lease has ended): its lease holds another token, or its record
+// was taken over or abandoned, or its record is gone (then it wraps
+// slot.ErrDataLoss too); ErrForeignLease for a lease this Store did not make;
+// any other error when Redis did not answer (the lease stays valid until its
+// TTL would have run out).
+func (s *Store) Renew(ctx context.Context, leases []slot.Lease) []error {
+	errs := make([]error, len(leases))
+	var (
+		calls []call
+		mine  []*lease
+		index []int
+	)
+	for i, l := range leases {
+		ml, err := s.own(l)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		calls = append(calls, call{renewScript, []string{ml.key, ml.record}, []any{ml.token, ml.ttl.Milliseconds(), ml.retention.Milliseconds()}})
+		mine, index = append(mine, ml), append(index, i)
+	}
+	if len(calls) == 0 {
+		return errs
+	}
+	sent := time.Now()
+	for k, cmd := range s.batch(ctx, calls) {
+		l, i := mine[k], index[k]
+		n, err := cmd.Int64()
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("slotstore: renew %s@%d: %w", l.job, l.slot.Unix(), err)
+			l.v.Failed(errs[i])
+		case n == 1:
+			l.v.Extend(sent, l.ttl)
+		case n == -1:
+			errs[i] = validity.LostTo("the slot was taken over or abandoned: its record is no longer this run's")
+			l.v.End(errs[i])
+		case n == -2:
+			errs[i] = fmt.Errorf("%w: %w: the slot's record is gone", validity.ErrLeaseLost, slot.ErrDataLoss)
+			l.v.End(errs[i])
+		default:
+			errs[i] = validity.LostTo("the job's lease no longer holds this run's token")
+			l.v.End(errs[i])
+		}
+	}
+	return errs
+}
+
+// Finish records the final state of runs and frees their leases, in one
+// round trip (on a single server, one script call). Each record stays for
+// its retention. It returns one error per request, in order: nil when
+// recorded (the lease has ended); an error wrapping slot.ErrNotHeld when the
+// record is no longer that run's (taken over, or recorded abandoned by
+// another replica, or gone: then it wraps slot.ErrDataLoss too), and nothing
+// was written; any other error when Redis did not answer. Run it on a context
+// that outlives a shutdown.
+func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
+	errs := make([]error, len(reqs))
+	leases := make([]*lease, len(reqs))
+	var valid []int // the requests with a final state
+	for i, r := range reqs {
+		l, err := s.own(r.Lease)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		leases[i] = l
+		switch r.State {
+		case slot.StateDone, slot.StateFailed, slot.StateAbandoned:
+			valid = append(valid, i)
+		default:
+			errs[i] = fmt.Errorf("slotstore: Finish %s@%d: %q is not a final state of a run", l.job, l.slot.Unix(), r.State)
+		}
+	}
+	groups := s.split(len(valid), func(k int) (callKind, string) { return callKind{}, leases[valid[k]].job })
+	for _, g := range groups {
+		for k := range g {
+			g[k] = valid[g[k]] // request indexes
+		}
+	}
+	calls := make([]call, len(groups))
+	for gi, g := range groups {
+		c := call{script: finishScript, args: []any{s.maxHistory}}
+		for _, i := range g {
+			l := leases[i]
+			c.keys = append(c.keys, l.record, l.key, s.runsKey(l.job), s.runningKey(l.job))
+			c.args = append(c.args, l.token, string(reqs[i].State), reqs[i].Error, l.retention.Milliseconds(), l.replica)
+		}
+		calls[gi] = c
+	}
+	for gi, cmd := range s.batch(ctx, calls) {
+		g := groups[gi]
+		vals, err := replies(cmd, len(g))
+		for k, i := range g {
+			l := leases[i]
+			if err != nil {
+				errs[i] = fmt.Errorf("slotstore: Finish %s@%d: %w", l.job, l.slot.Unix(), err)
+				continue
+			}
+			v, _ := vals[k].([]any)
+			r := reply(v)
+			if r.int(0) == 1 {
+				l.v.End(nil)
+				continue
+			}
+			now := r.str(1)
+			l.v.End(validity.LostTo("the slot record is no longer this run's: it is " + now))
+			errs[i] = fmt.Errorf("%w: %s@%d is %s", slot.ErrNotHeld, l.job, l.slot.Unix(), now)
+			if now == "gone" {
+				errs[i] = fmt.Errorf("%w: %w: %s@%d: the slot's record is gone", slot.ErrNotHeld, slot.ErrDataLoss, l.job, l.slot.Unix())
+			}
+		}
+	}
+	return errs
+}

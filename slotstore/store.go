@@ -1,0 +1,189 @@
+package slotstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/internal/rediskit"
+	"github.com/slotcron/slotcron/slot"
+)
+
+// Client is what the store needs from go-redis: scripts and pipelines (claims
+// and renewals are batched). Every redis.UniversalClient satisfies it.
+type Client interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+// Store is the slot protocol on Redis. Each job has, under one hash tag, so
+// that every script touches one cluster slot:
+//
+//	<prefix>:{<job>}:slot:<unix>   the slot record (hash), kept for the retention
+//	<prefix>:{<job>}:lease         the job's lease (string: "<token> <slot> <replica>")
+//	<prefix>:{<job>}:lease:<unix>  a slot's own lease, when overlap is allowed
+//	<prefix>:{<job>}:fence         the fencing-token counter
+//	<prefix>:{<job>}:runs          the run history (stream, capped)
+//	<prefix>:{<job>}:last          the latest slot that has a record (a sorted set)
+//	<prefix>:{<job>}:running       the slots whose records are running (a sorted set)
+//
+// A slot starts at most once: the claim script writes its record, and no
+// finish ever deletes it. All times that decide anything (deadlines, record
+// stamps) are Redis's, from TIME inside the scripts. A Store is safe for
+// concurrent use.
+type Store struct {
+	rdb        Client
+	prefix     string
+	maxHistory int
+	topology   topology
+
+	waitReplicas int           // WithWaitReplicas: acknowledgements a claim batch waits for
+	waitTimeout  time.Duration // and for how long
+}
+
+// Option configures New.
+type Option func(*Store) error
+
+// WithWaitReplicas makes every batch of claims wait, in the same round trip,
+// until n replicas have acknowledged it (Redis WAIT), for at most timeout. It
+// narrows the window in which a failover loses a claim that a replica acted
+// on; it cannot close it (Redis replication stays asynchronous, and a claim
+// goes on when fewer replicas answer in time: its result says Unreplicated).
+// It costs a replication round trip per batch. A single server or Sentinel
+// only: on a Cluster, New refuses it.
+func WithWaitReplicas(n int, timeout time.Duration) Option {
+	return func(s *Store) error {
+		if n < 1 || timeout <= 0 {
+			return fmt.Errorf("slotstore: WithWaitReplicas: need n >= 1 and timeout > 0, got %d and %v", n, timeout)
+		}
+		s.waitReplicas, s.waitTimeout = n, timeout
+		return nil
+	}
+}
+
+// topology says which claims may share one script call: a script may only
+// touch keys that live together.
+type topology int
+
+const (
+	topoSingle   topology = iota // one server (or Sentinel): one call for all claims
+	topoCluster                  // Redis Cluster: one call per hash slot
+	topoSeparate                 // an unknown client (Ring, a wrapper): one call per claim
+)
+
+// historyLen is the approximate length of each job's run history.
+const historyLen = 1000
+
+// New returns the slot protocol on rdb with keys under prefix. It sends
+// nothing. The prefix must be non-empty and free of '{' and '}'.
+func New(rdb Client, prefix string, opts ...Option) (*Store, error) {
+	if prefix == "" || strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("slotstore: New: prefix %q must be non-empty and free of '{' and '}'", prefix)
+	}
+	t := topoSeparate
+	switch rdb.(type) {
+	case *redis.Client:
+		t = topoSingle
+	case *redis.ClusterClient:
+		t = topoCluster
+	}
+	s := &Store{rdb: rdb, prefix: prefix, maxHistory: historyLen, topology: t}
+	for _, opt := range opts {
+		if err := opt(s); err != nil {
+			return nil, err
+		}
+	}
+	if s.waitReplicas > 0 && t == topoCluster {
+		return nil, fmt.Errorf("slotstore: WithWaitReplicas is not supported on a Redis Cluster")
+	}
+	return s, nil
+}
+
+// Prefix returns the key prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+// The keys of a job, each built in one allocation.
+func (s *Store) jobKey(job, suffix string) string { return s.prefix + ":{" + job + "}:" + suffix }
+
+func (s *Store) slotKey(job, kind string, slot int64) string {
+	if kind == "slot:" {
+		return RecordKey(s.prefix, job, time.Unix(slot, 0))
+	}
+	var n [20]byte
+	return s.prefix + ":{" + job + "}:" + kind + string(strconv.AppendInt(n[:0], slot, 10))
+}
+
+func (s *Store) recordKey(job string, slot int64) string { return s.slotKey(job, "slot:", slot) }
+
+// RecordKey returns the key of a slot's record under prefix: a hash whose
+// fields include token, fence and state. It shares the job's hash tag
+// ({<job>}), so a script of a job's own, with keys under the same tag, can
+// check in the same call as its write that the run still owns its slot: that
+// the record's fence is the run's (jobs.Run.Fence) and its state is
+// "running". A taken-over or abandoned slot's record has another fence, so a
+// paused former owner's late write is refused. The lottery example does this.
+func RecordKey(prefix, job string, slot time.Time) string {
+	var n [20]byte
+	return prefix + ":{" + job + "}:slot:" + string(strconv.AppendInt(n[:0], slot.Unix(), 10))
+}
+
+func (s *Store) leaseKey(job string, slot int64, allowOverlap bool) string {
+	if allowOverlap {
+		return s.slotKey(job, "lease:", slot)
+	}
+	return s.jobKey(job, "lease")
+}
+
+func (s *Store) fenceKey(job string) string { return s.jobKey(job, "fence") }
+func (s *Store) runsKey(job string) string  { return s.jobKey(job, "runs") }
+func (s *Store) lastKey(job string) string  { return s.jobKey(job, "last") }
+func (s *Store) runningKey(job string) string {
+	return s.jobKey(job, "running")
+}
+
+func checkJob(job string) error {
+	if job == "" || strings.ContainsAny(job, "{}") {
+		return fmt.Errorf("%w: %q must be non-empty and free of '{' and '}'", ErrInvalidJob, job)
+	}
+	return nil
+}
+
+// Prepare loads the scripts into the server's script cache, so that the first
+// batch of claims takes one round trip too. One round trip (one per master on
+// a cluster). Claim works without it: it falls back to EVAL.
+func (s *Store) Prepare(ctx context.Context) error {
+	pipe := s.rdb.Pipeline()
+	for _, src := range scriptSources {
+		pipe.ScriptLoad(ctx, src)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("slotstore: load scripts: %w", err)
+	}
+	return nil
+}
+
+// epochKey is the deployment's epoch: see Probe.
+func (s *Store) epochKey() string { return s.prefix + ":epoch" }
+
+// Probe returns Redis's clock (TIME) and the deployment's epoch, a random
+// value that the first probe writes under <prefix>:epoch. When Redis loses its
+// data, the key is gone and the next probe writes another: a replica that
+// knew the old one knows its slot records, leases and fence counters may be
+// gone too. One round trip. On a Cluster the key lives on one master, so only
+// that master's data loss shows.
+func (s *Store) Probe(ctx context.Context) (slot.Probe, error) {
+	vals, err := probeScript.Run(ctx, s.rdb, []string{s.epochKey()}, rediskit.NewToken()).Slice()
+	if err != nil {
+		return slot.Probe{}, fmt.Errorf("slotstore: probe: %w", err)
+	}
+	r := reply(vals)
+	p := slot.Probe{Now: time.Unix(r.int(0), r.int(1)*1000), Epoch: r.str(2), Created: r.int(3) == 1}
+	if r.err != nil {
+		return slot.Probe{}, fmt.Errorf("slotstore: probe: %w in reply %v", r.err, vals)
+	}
+	return p, nil
+}

@@ -1,0 +1,865 @@
+package slotstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/internal/rediskit"
+	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// pipelineCounter counts round trips: each single command and each pipeline
+// (go-redis sends a pipeline in one write and reads all replies) is one.
+type pipelineCounter struct{ n atomic.Int64 }
+
+func (h *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+func newSlots(t *testing.T) (*redistest.Server, *redis.Client, *slotstore.Store) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	s, err := slotstore.New(rdb, srv.Key("sc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, rdb, s
+}
+
+func live(job string, at time.Time, replica string) slot.Claim {
+	return slot.Claim{Kind: slot.ClaimLive, Job: job, Slot: at, Replica: replica,
+		LeaseTTL: 5 * time.Second, Retention: time.Hour, Deadline: time.Now().Add(time.Minute)}
+}
+
+func claimOne(t *testing.T, s *slotstore.Store, c slot.Claim) slot.Result {
+	t.Helper()
+	res, err := s.Claim(context.Background(), []slot.Claim{c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err != nil {
+		t.Fatalf("claim: %v", res[0].Err)
+	}
+	return res[0]
+}
+
+func TestSlotOneWinnerAmongReplicas(t *testing.T) {
+	_, _, s := newSlots(t)
+	at := time.Unix(1_700_000_000, 0)
+	const replicas = 10
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		results = map[string]slot.Result{}
+		start   = make(chan struct{})
+	)
+	for i := range replicas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			name := fmt.Sprintf("r%d", i)
+			res, err := s.Claim(context.Background(), []slot.Claim{live("draw", at, name)})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				res = []slot.Result{{Err: err}}
+			}
+			results[name] = res[0]
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var winner string
+	for name, r := range results {
+		if r.Err != nil {
+			t.Fatalf("%s: %v", name, r.Err)
+		}
+		if r.Outcome == slot.OutcomeWon {
+			if winner != "" {
+				t.Fatalf("two winners: %s and %s", winner, name)
+			}
+			winner = name
+		}
+	}
+	if winner == "" {
+		t.Fatal("no winner")
+	}
+	for name, r := range results {
+		if name == winner {
+			// Fences start at Redis's clock in microseconds (see fence_lib.lua).
+			if r.Lease == nil || r.Fence < time.Now().Add(-time.Minute).UnixMicro() || r.Attempt != 1 {
+				t.Fatalf("winner's result %+v", r)
+			}
+			continue
+		}
+		if r.Outcome != slot.OutcomeLost || r.Holder != winner || r.State != slot.StateRunning {
+			t.Fatalf("%s: %+v, want lost to %s while running", name, r, winner)
+		}
+	}
+}
+
+// TestSlotFinishedStaysClosed is the fast-job double run: the winner finishes
+// in a millisecond, a replica whose clock is behind claims the same slot
+// afterwards, and must lose.
+// TestSlotClaimRetryIsRecognised: a claim sent again with its token, because
+// its reply was lost, is answered as the same claim: won, with the same fence
+// (no second fence counted), and its lease's TTL restored. If another run
+// took the job's lease in between, the record is this replica's with no lease
+// behind it: the answer is lost, to itself, running, for a takeover to settle.
+func TestSlotClaimRetryIsRecognised(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	c := live("j", time.Unix(1_700_001_000, 0), "r1")
+	c.Token = "tok-1"
+	first := claimOne(t, s, c)
+	rdb.PExpire(ctx, s.Prefix()+":{j}:lease", 50*time.Millisecond) // time passes while the reply is lost
+	again := claimOne(t, s, c)
+	if first.Outcome != slot.OutcomeWon || again.Outcome != slot.OutcomeWon || again.Fence != first.Fence || again.Lease.Token() != "tok-1" {
+		t.Fatalf("claim %+v, then the same claim again %+v: want won twice with one fence and the claim's token", first, again)
+	}
+	if ttl := rdb.PTTL(ctx, s.Prefix()+":{j}:lease").Val(); ttl < 4*time.Second {
+		t.Fatalf("the retried claim left its lease %v to live, want its TTL (5s) back", ttl)
+	}
+	// Another run takes the job's lease (the first one's lapsed).
+	rdb.Del(ctx, s.Prefix()+":{j}:lease")
+	other := claimOne(t, s, live("j", time.Unix(1_700_001_001, 0), "r2"))
+	if other.Outcome != slot.OutcomeWon {
+		t.Fatalf("the next slot: %+v", other)
+	}
+	late := claimOne(t, s, c)
+	if late.Outcome != slot.OutcomeLost || late.Holder != "r1" || late.State != slot.StateRunning {
+		t.Fatalf("retried claim after another run took the job: %+v, want lost to r1, running", late)
+	}
+	// A claim with another token is a rival, not a retry.
+	rival := c
+	rival.Token = "tok-2"
+	if r := claimOne(t, s, rival); r.Outcome != slot.OutcomeLost {
+		t.Fatalf("same slot, same replica, another token: %+v, want lost", r)
+	}
+}
+
+// TestFencesSurviveDataLoss: Redis restarts without persistence, so the
+// fence counters are gone. The next fences must still be above every fence
+// handed out before, or a store that refuses lower fences would refuse every
+// real run, and a replayed slot would reuse a fence.
+func TestFencesSurviveDataLoss(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	s, err := slotstore.New(srv.Client(), "sc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before int64
+	for i := range 3 {
+		r := claimOne(t, s, live("fenced", time.Unix(1_700_002_000+int64(i), 0), "r1"))
+		if r.Fence <= before {
+			t.Fatalf("fence %d after %d", r.Fence, before)
+		}
+		before = r.Fence
+		finish(s, r.Lease, slot.StateDone, "")
+	}
+	srv.Restart() // no persistence: every key is gone
+	for _, job := range []string{"fenced", "other"} {
+		r := claimOne(t, s, live(job, time.Unix(1_700_002_000, 0), "r2"))
+		if r.Outcome != slot.OutcomeWon || r.Fence <= before {
+			t.Fatalf("%s after the restart: %+v; want won with a fence above %d", job, r, before)
+		}
+	}
+}
+
+// TestProbeReportsDataLoss: the probe reads Redis's clock and the epoch key,
+// which the first probe creates. Once Redis loses its data, the epoch is
+// another one.
+func TestProbeReportsDataLoss(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	s, _ := slotstore.New(srv.Client(), "sc")
+	ctx := context.Background()
+	first, err := s.Probe(ctx)
+	if err != nil || first.Epoch == "" || first.Now.IsZero() {
+		t.Fatalf("probe: %+v, %v", first, err)
+	}
+	if d := time.Since(first.Now); d < -time.Second || d > time.Second {
+		t.Fatalf("probe's clock %v is %v from ours", first.Now, d)
+	}
+	again, _ := s.Probe(ctx)
+	if again.Epoch != first.Epoch {
+		t.Fatalf("epoch changed with no data loss: %q, then %q", first.Epoch, again.Epoch)
+	}
+	srv.Restart()
+	after, err := s.Probe(ctx)
+	if err != nil || after.Epoch == "" || after.Epoch == first.Epoch {
+		t.Fatalf("after a restart without persistence: %+v, %v; want a new epoch", after, err)
+	}
+}
+
+// TestBigBatchesAreChunked: 5,000 claims in one Claim, then their finishes,
+// then 5,000 takeovers. Each goes out in one round trip, in script calls of
+// at most 64 items, and no call may block Redis for more than about 5ms
+// (longer than that, and other clients' short leases are at risk). SLOWLOG
+// gives each call's time on Redis's wall clock, which a busy machine inflates
+// whenever it preempts Redis mid-call; so rounds repeat, up to 10, until each
+// kind has had one round under 5ms. A call of all 5,000 items takes 160ms or
+// more in every round.
+func TestBigBatchesAreChunked(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	s, _ := slotstore.New(rdb, "big")
+	if err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n, limit = 5000, 5 * time.Millisecond
+	trips := &pipelineCounter{}
+	rdb.AddHook(trips)
+	// measure runs do and returns its longest script call.
+	measure := func(name string, do func()) time.Duration {
+		rdb.ConfigSet(ctx, "slowlog-log-slower-than", "0")
+		rdb.ConfigSet(ctx, "slowlog-max-len", "100000")
+		rdb.SlowLogReset(ctx)
+		trips.n.Store(0)
+		do()
+		if got := trips.n.Load(); got != 1 {
+			t.Fatalf("%s of %d took %d round trips, want 1", name, n, got)
+		}
+		logs, err := rdb.SlowLogGet(ctx, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var worst time.Duration
+		calls := 0
+		for _, l := range logs {
+			if len(l.Args) > 0 && strings.EqualFold(l.Args[0], "evalsha") {
+				calls++
+				worst = max(worst, l.Duration)
+			}
+		}
+		if calls < n/64 {
+			t.Fatalf("%s: %d script calls for %d items: not chunked", name, calls, n)
+		}
+		return worst
+	}
+	best := map[string]time.Duration{"claims": time.Hour, "finishes": time.Hour, "takeovers": time.Hour}
+	done := func() bool {
+		for _, d := range best {
+			if d > limit {
+				return false
+			}
+		}
+		return true
+	}
+	for round := 0; round < 10 && !done(); round++ {
+		at := time.Unix(1_700_010_000+int64(round)*10, 0)
+		claims := make([]slot.Claim, n)
+		for i := range claims {
+			claims[i] = live("job-"+strconv.Itoa(i), at, "r1")
+		}
+		var leases []slot.Lease
+		best["claims"] = min(best["claims"], measure("claims", func() {
+			res, err := s.Claim(ctx, claims)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range res {
+				if r.Outcome != slot.OutcomeWon {
+					t.Fatalf("claim: %+v", r)
+				}
+				leases = append(leases, r.Lease)
+			}
+		}))
+		best["finishes"] = min(best["finishes"], measure("finishes", func() {
+			reqs := make([]slot.FinishRequest, n)
+			for i, l := range leases {
+				reqs[i] = slot.FinishRequest{Lease: l, State: slot.StateDone}
+			}
+			for _, err := range s.Finish(ctx, reqs) {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}))
+		for i := range claims {
+			claims[i] = takeover("job-"+strconv.Itoa(i), at, "r2", true, 3)
+		}
+		best["takeovers"] = min(best["takeovers"], measure("takeovers", func() {
+			res, err := s.Claim(ctx, claims)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range res {
+				if r.Outcome != slot.OutcomeClosed {
+					t.Fatalf("takeover of a finished slot: %+v", r)
+				}
+			}
+		}))
+	}
+	for _, name := range []string{"claims", "finishes", "takeovers"} {
+		t.Logf("%s of %d: the longest script call took %v (best round)", name, n, best[name])
+		if best[name] > limit {
+			t.Errorf("%s of %d: a script call blocked Redis for %v in every round, want at most %v", name, n, best[name], limit)
+		}
+	}
+}
+
+func TestSlotFinishedStaysClosed(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_000_060, 0)
+	won := claimOne(t, s, live("fast", at, "early"))
+	if won.Outcome != slot.OutcomeWon {
+		t.Fatalf("%+v", won)
+	}
+	if err := finish(s, won.Lease, slot.StateRunning, ""); err == nil || errors.Is(err, slot.ErrNotHeld) {
+		t.Fatalf("finish with a state that is not final: %v, want a usage error", err)
+	}
+	if won.Lease.Context().Err() != nil {
+		t.Fatal("a refused finish ended the lease")
+	}
+	if err := finish(s, won.Lease, slot.StateDone, ""); err != nil {
+		t.Fatal(err)
+	}
+	if won.Lease.Context().Err() == nil {
+		t.Fatal("the lease is still live after Finish")
+	}
+	late := claimOne(t, s, live("fast", at, "late"))
+	if late.Outcome != slot.OutcomeLost || late.State != slot.StateDone || late.Holder != "early" {
+		t.Fatalf("late claim of a finished slot: %+v", late)
+	}
+	rec, ok, err := s.Record(ctx, "fast", at)
+	if err != nil || !ok {
+		t.Fatalf("record: %v %v", ok, err)
+	}
+	if rec.State != slot.StateDone || rec.Owner != "early" || rec.Fence != won.Fence || rec.Finished.IsZero() {
+		t.Fatalf("record %+v", rec)
+	}
+	// The lease went with the finish; the record stays for the retention.
+	ttl := rdb.PTTL(ctx, s.Prefix()+":{fast}:slot:1700000060").Val()
+	if ttl < 59*time.Minute {
+		t.Fatalf("record TTL %v, want the 1h retention", ttl)
+	}
+	// A second finish is refused (the run is over) and changes nothing.
+	if err := finish(s, won.Lease, slot.StateFailed, "again"); !errors.Is(err, slot.ErrNotHeld) {
+		t.Fatalf("second finish with another state: %v", err)
+	}
+}
+
+func TestSlotMisfireRecordedOnRedisClock(t *testing.T) {
+	_, _, s := newSlots(t)
+	at := time.Now().Add(-2 * time.Minute).Truncate(time.Second)
+	c := live("late", at, "r1")
+	c.Deadline = at.Add(time.Minute) // grace 1m, already over on Redis's clock
+	res := claimOne(t, s, c)
+	if res.Outcome != slot.OutcomeMissed || res.Late < 2*time.Minute-time.Second {
+		t.Fatalf("%+v, want missed about 2m late", res)
+	}
+	rec, _, _ := s.Record(context.Background(), "late", at)
+	if rec.State != slot.StateMissed || rec.Owner != "r1" || rec.Error == "" {
+		t.Fatalf("record %+v", rec)
+	}
+	again := claimOne(t, s, live("late", at, "r2"))
+	if again.Outcome != slot.OutcomeLost || again.State != slot.StateMissed {
+		t.Fatalf("claim of a missed slot: %+v", again)
+	}
+}
+
+func TestSlotOverlap(t *testing.T) {
+	_, _, s := newSlots(t)
+	ctx := context.Background()
+	s1, s2, s3 := time.Unix(1_700_000_100, 0), time.Unix(1_700_000_101, 0), time.Unix(1_700_000_102, 0)
+	const holder = "pod 7 eu:1" // a replica ID may hold spaces and colons
+	first := claimOne(t, s, live("long", s1, holder))
+	if first.Outcome != slot.OutcomeWon {
+		t.Fatal(first)
+	}
+	// Catch-up mode: busy, nothing recorded.
+	cu := live("long", s2, "r2")
+	cu.Kind = slot.ClaimCatchup
+	if r := claimOne(t, s, cu); r.Outcome != slot.OutcomeBusy || r.Holder != holder || r.Wait <= 0 || !r.HolderSlot.Equal(s1) {
+		t.Fatalf("catch-up under a running job: %+v", r)
+	}
+	if _, ok, _ := s.Record(ctx, "long", s2); ok {
+		t.Fatal("busy catch-up left a record")
+	}
+	if h, hs, ttl, err := s.Holder(ctx, "long"); err != nil || h != holder || !hs.Equal(s1) || ttl <= 0 {
+		t.Fatalf("Holder = %q %v %v %v", h, hs, ttl, err)
+	}
+	// Live: recorded skipped, naming the run that holds the job.
+	if r := claimOne(t, s, live("long", s2, "r2")); r.Outcome != slot.OutcomeSkipped || r.Holder != holder ||
+		!r.HolderSlot.Equal(s1) || r.Wait <= 0 {
+		t.Fatalf("live claim under a running job: %+v", r)
+	}
+	rec, _, _ := s.Record(ctx, "long", s2)
+	if rec.State != slot.StateSkipped || rec.Error == "" {
+		t.Fatalf("skipped record %+v", rec)
+	}
+	// Overlap allowed: each slot has its own lease.
+	allow := live("par", s1, "r1")
+	allow.AllowOverlap = true
+	a := claimOne(t, s, allow)
+	allow.Slot = s3
+	b := claimOne(t, s, allow)
+	if a.Outcome != slot.OutcomeWon || b.Outcome != slot.OutcomeWon || b.Fence <= a.Fence {
+		t.Fatalf("overlap allowed: %+v %+v", a, b)
+	}
+	finish(s, first.Lease, slot.StateDone, "")
+	finish(s, a.Lease, slot.StateDone, "")
+	finish(s, b.Lease, slot.StateDone, "")
+}
+
+func TestSlotClaimBatchIsOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	counter := &pipelineCounter{}
+	rdb.AddHook(counter)
+	s, _ := slotstore.New(rdb, srv.Key("rt"))
+	ctx := context.Background()
+	if err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1_700_000_200, 0)
+	var claims []slot.Claim
+	for i := range 100 {
+		claims = append(claims, live(fmt.Sprintf("job-%03d", i), at, "r1"))
+	}
+	before := counter.n.Load()
+	res, err := s.Claim(ctx, claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := counter.n.Load() - before; got != 1 {
+		t.Fatalf("100 claims took %d round trips, want 1", got)
+	}
+	var leases []slot.Lease
+	for _, r := range res {
+		if r.Outcome != slot.OutcomeWon {
+			t.Fatalf("%+v", r)
+		}
+		leases = append(leases, r.Lease)
+	}
+	before = counter.n.Load()
+	for i, err := range s.Renew(ctx, leases) {
+		if err != nil {
+			t.Fatalf("renew %d: %v", i, err)
+		}
+	}
+	if got := counter.n.Load() - before; got != 1 {
+		t.Fatalf("100 renewals took %d round trips, want 1", got)
+	}
+	var reqs []slot.FinishRequest
+	for _, l := range leases {
+		reqs = append(reqs, slot.FinishRequest{Lease: l, State: slot.StateDone})
+	}
+	before = counter.n.Load()
+	for i, err := range s.Finish(ctx, reqs) {
+		if err != nil {
+			t.Fatalf("finish %d: %v", i, err)
+		}
+	}
+	if got := counter.n.Load() - before; got != 1 {
+		t.Fatalf("100 finishes took %d round trips, want 1", got)
+	}
+	for _, l := range leases {
+		if l.Context().Err() == nil {
+			t.Fatal("a finished lease is still live")
+		}
+	}
+}
+
+// One call carries claims whose jobs differ in TTL, overlap, kind and miss
+// reason (the script gets each combination once, and each claim points at
+// its own): every claim must be decided with its own.
+func TestSlotClaimMixedBatch(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_000_300, 0)
+	short := live("short", at, "r1")
+	short.LeaseTTL = 2 * time.Second
+	long := live("long", at, "r1")
+	long.LeaseTTL = 40 * time.Second
+	par := live("par", at, "r1")
+	par.AllowOverlap, par.LeaseTTL = true, 20*time.Second
+	miss := live("gone", at, "r1")
+	miss.Kind, miss.Reason = slot.ClaimMiss, "everyone was down"
+	late := live("late", at, "r1")
+	late.Deadline = time.Now().Add(-time.Second)
+	res, err := s.Claim(ctx, []slot.Claim{short, long, par, miss, late, long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []slot.Outcome{slot.OutcomeWon, slot.OutcomeWon, slot.OutcomeWon,
+		slot.OutcomeMissed, slot.OutcomeMissed, slot.OutcomeLost} {
+		if res[i].Err != nil || res[i].Outcome != want {
+			t.Fatalf("claim %d: %+v, want %s", i, res[i], want)
+		}
+	}
+	if res[5].Holder != "r1" || res[5].Fence != res[1].Fence {
+		t.Fatalf("the second claim of long in the batch: %+v, want lost to the first (fence %d)", res[5], res[1].Fence)
+	}
+	ttl := func(key string) time.Duration {
+		d, err := rdb.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, c := range []struct {
+		key      string
+		min, max time.Duration
+	}{
+		{s.Prefix() + ":{short}:lease", time.Second, 2 * time.Second},
+		{s.Prefix() + ":{long}:lease", 39 * time.Second, 40 * time.Second},
+		{s.Prefix() + ":{par}:lease:1700000300", 19 * time.Second, 20 * time.Second},
+	} {
+		if d := ttl(c.key); d < c.min || d > c.max {
+			t.Errorf("%s has TTL %v, want %v..%v", c.key, d, c.min, c.max)
+		}
+	}
+	if rec, _, _ := s.Record(ctx, "gone", at); rec.State != slot.StateMissed || rec.Error != "everyone was down" {
+		t.Errorf("the missed slot's record: %+v", rec)
+	}
+	if rec, _, _ := s.Record(ctx, "late", at); rec.State != slot.StateMissed || !strings.HasPrefix(rec.Error, "misfire: ") {
+		t.Errorf("the late slot's record: %+v", rec)
+	}
+	for _, i := range []int{0, 1, 2} {
+		if tok := res[i].Lease.Token(); strings.Count(tok, ".") != 1 || res[i].Lease.Token() == res[(i+1)%3].Lease.Token() {
+			t.Errorf("lease %d has token %q", i, tok)
+		}
+	}
+}
+
+func TestSlotClaimSurvivesScriptFlush(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	if err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil { // as after a restart or failover
+		t.Fatal(err)
+	}
+	r := claimOne(t, s, live("flushed", time.Unix(1_700_000_300, 0), "r1"))
+	if r.Outcome != slot.OutcomeWon {
+		t.Fatalf("%+v", r)
+	}
+	finish(s, r.Lease, slot.StateDone, "")
+}
+
+func TestSlotRenewDetectsLoss(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_000_400, 0)
+	c := live("renewed", at, "r1")
+	c.LeaseTTL = 200 * time.Millisecond
+	r := claimOne(t, s, c)
+	for range 5 { // a renewal every TTL/3 keeps it
+		time.Sleep(60 * time.Millisecond)
+		if errs := s.Renew(ctx, []slot.Lease{r.Lease}); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+	}
+	if err := r.Lease.Context().Err(); err != nil {
+		t.Fatalf("renewed lease ended: %v", context.Cause(r.Lease.Context()))
+	}
+	rdb.Del(ctx, s.Prefix()+":{renewed}:lease")
+	errs := s.Renew(ctx, []slot.Lease{r.Lease})
+	if !errors.Is(errs[0], slot.ErrLeaseLost) || !errors.Is(context.Cause(r.Lease.Context()), slot.ErrLeaseLost) {
+		t.Fatalf("renew of a deleted lease: %v; cause %v", errs[0], context.Cause(r.Lease.Context()))
+	}
+}
+
+// finish records one run's end.
+func finish(s *slotstore.Store, l slot.Lease, state slot.State, text string) error {
+	return s.Finish(context.Background(), []slot.FinishRequest{{Lease: l, State: state, Error: text}})[0]
+}
+
+func takeover(job string, at time.Time, replica string, retry bool, max int) slot.Claim {
+	c := live(job, at, replica)
+	c.Kind, c.Retry, c.MaxAttempts = slot.ClaimTakeover, retry, max
+	return c
+}
+
+func TestSlotTakeoverRetry(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_000_500, 0)
+	first := claimOne(t, s, live("retried", at, "dies"))
+	if r := claimOne(t, s, takeover("retried", at, "r2", true, 3)); r.Outcome != slot.OutcomeAlive || r.Wait <= 0 {
+		t.Fatalf("takeover while the owner holds its lease: %+v", r)
+	}
+	rdb.Del(ctx, s.Prefix()+":{retried}:lease") // the owner's lease expires
+	second := claimOne(t, s, takeover("retried", at, "r2", true, 3))
+	if second.Outcome != slot.OutcomeWon || second.Attempt != 2 || second.Fence <= first.Fence {
+		t.Fatalf("takeover: %+v (first fence %d)", second, first.Fence)
+	}
+	// The old owner wakes up: it can neither renew nor finish.
+	if errs := s.Renew(ctx, []slot.Lease{first.Lease}); !errors.Is(errs[0], slot.ErrLeaseLost) {
+		t.Fatalf("old owner's renew: %v", errs[0])
+	}
+	if err := finish(s, first.Lease, slot.StateDone, ""); !errors.Is(err, slot.ErrNotHeld) {
+		t.Fatalf("old owner's finish: %v", err)
+	}
+	// A third replica sees attempt 2 alive.
+	if r := claimOne(t, s, takeover("retried", at, "r3", true, 3)); r.Outcome != slot.OutcomeAlive {
+		t.Fatalf("%+v", r)
+	}
+	if err := finish(s, second.Lease, slot.StateDone, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := claimOne(t, s, takeover("retried", at, "r3", true, 3)); r.Outcome != slot.OutcomeClosed || r.State != slot.StateDone {
+		t.Fatalf("takeover of a finished slot: %+v", r)
+	}
+	rec, _, _ := s.Record(ctx, "retried", at)
+	if rec.Attempt != 2 || rec.Owner != "r2" || rec.State != slot.StateDone {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+// TestSlotTakeoverBusyNamesTheHolder: a retry takeover of a slot whose owner
+// died while a later slot's run holds the job answers busy, naming that run
+// (replica and slot) so that the caller can watch it too. The takeover script
+// used to answer busy without the holder's slot, which read as a malformed
+// reply: the takeover failed instead of waiting.
+func TestSlotTakeoverBusyNamesTheHolder(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	dead, later := time.Unix(1_700_000_550, 0), time.Unix(1_700_000_551, 0)
+	claimOne(t, s, live("busy", dead, "dies"))
+	rdb.Del(ctx, s.Prefix()+":{busy}:lease") // the owner's lease expires
+	if r := claimOne(t, s, live("busy", later, "r3")); r.Outcome != slot.OutcomeWon {
+		t.Fatalf("the later slot: %+v", r)
+	}
+	r := claimOne(t, s, takeover("busy", dead, "r2", true, 3))
+	if r.Outcome != slot.OutcomeBusy || r.Holder != "r3" || !r.HolderSlot.Equal(later) || r.Wait <= 0 {
+		t.Fatalf("takeover while a later run holds the job: %+v, want busy naming r3 and slot %d", r, later.Unix())
+	}
+}
+
+// TestTakeoverFollowsTheOwnersLease: in a rolling deploy, the owner ran with
+// overlap skip (the job's lease) and a newer replica, with overlap allow,
+// checks on the slot. It must judge the owner by the lease the record names,
+// not by its own setting: the owner is alive. Once the owner is gone and the
+// slot is taken over, the old owner's next renewal must fail, whatever its
+// lease key says.
+func TestTakeoverFollowsTheOwnersLease(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_000_520, 0)
+	first := claimOne(t, s, live("deploy", at, "old")) // overlap skip: the job's lease
+	check := takeover("deploy", at, "new", true, 3)
+	check.AllowOverlap = true // the new replica's config
+	if r := claimOne(t, s, check); r.Outcome != slot.OutcomeAlive {
+		t.Fatalf("takeover by a replica with another overlap setting, while the owner holds its lease: %+v, want alive", r)
+	}
+	// The owner pauses past its TTL; its lease expires; the slot is taken over.
+	rdb.Del(ctx, s.Prefix()+":{deploy}:lease")
+	second := claimOne(t, s, check)
+	if second.Outcome != slot.OutcomeWon || second.Attempt != 2 {
+		t.Fatalf("takeover once the owner's lease is gone: %+v", second)
+	}
+	// The old owner wakes up and renews: even if it finds a lease of its own
+	// token somewhere, the record is no longer its own.
+	rdb.Set(ctx, s.Prefix()+":{deploy}:lease", first.Lease.Token()+" 1700000520 old", time.Minute)
+	if errs := s.Renew(ctx, []slot.Lease{first.Lease}); !errors.Is(errs[0], slot.ErrLeaseLost) {
+		t.Fatalf("old owner's renewal after the takeover: %v, want ErrLeaseLost", errs[0])
+	}
+	if cause := context.Cause(first.Lease.Context()); !errors.Is(cause, slot.ErrLeaseLost) {
+		t.Fatalf("old owner's lease context: %v", cause)
+	}
+	// The new attempt holds the lease the record names (the job's), so it
+	// renews once that lease holds its token again.
+	rdb.Set(ctx, s.Prefix()+":{deploy}:lease", second.Lease.Token()+" 1700000520 new", time.Minute)
+	if errs := s.Renew(ctx, []slot.Lease{second.Lease}); errs[0] != nil {
+		t.Fatalf("attempt 2's renewal: %v", errs[0])
+	}
+}
+
+// TestAbandonRaisesTheFence: abandoning a slot raises the job's fence and
+// records it, so that the slot record's fence is no longer the zombie's: a
+// store that checks it refuses the zombie's late write.
+func TestAbandonRaisesTheFence(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_000_530, 0)
+	first := claimOne(t, s, live("zombie", at, "dies"))
+	rdb.Del(ctx, s.Prefix()+":{zombie}:lease")
+	if r := claimOne(t, s, takeover("zombie", at, "r2", false, 1)); r.Outcome != slot.OutcomeAbandoned {
+		t.Fatalf("takeover: %+v, want abandoned", r)
+	}
+	rec, _, _ := s.Record(ctx, "zombie", at)
+	if rec.State != slot.StateAbandoned || rec.Fence <= first.Fence {
+		t.Fatalf("abandoned record %+v; want a fence above the zombie's %d", rec, first.Fence)
+	}
+	next := claimOne(t, s, live("zombie", at.Add(time.Second), "r2"))
+	if next.Fence <= rec.Fence {
+		t.Fatalf("the next run's fence %d, not above the abandoning fence %d", next.Fence, rec.Fence)
+	}
+}
+
+func TestSlotTakeoverAbandon(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_000_600, 0)
+	claimOne(t, s, live("once", at, "dies"))
+	rdb.Del(ctx, s.Prefix()+":{once}:lease")
+	r := claimOne(t, s, takeover("once", at, "r2", false, 3))
+	if r.Outcome != slot.OutcomeAbandoned || r.Holder != "dies" {
+		t.Fatalf("%+v", r)
+	}
+	rec, _, _ := s.Record(ctx, "once", at)
+	if rec.State != slot.StateAbandoned || rec.Attempt != 1 || rec.Error == "" {
+		t.Fatalf("record %+v", rec)
+	}
+	// Retry policy at the attempt limit abandons too.
+	slot2 := at.Add(time.Second)
+	claimOne(t, s, live("once", slot2, "dies"))
+	rdb.Del(ctx, s.Prefix()+":{once}:lease")
+	if r := claimOne(t, s, takeover("once", slot2, "r2", true, 1)); r.Outcome != slot.OutcomeAbandoned {
+		t.Fatalf("retry at max_attempts 1: %+v", r)
+	}
+}
+
+func TestSlotStatusQueries(t *testing.T) {
+	_, _, s := newSlots(t)
+	ctx := context.Background()
+	base := time.Unix(1_700_000_700, 0)
+	var last slot.Lease
+	for i := range 12 {
+		r := claimOne(t, s, live("status", base.Add(time.Duration(i)*time.Second), "r1"))
+		if i < 11 {
+			finish(s, r.Lease, slot.StateDone, "")
+		} else {
+			last = r.Lease
+		}
+	}
+	recs, err := s.Records(ctx, "status", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 10 || !recs[0].Slot.Equal(base.Add(11*time.Second)) || recs[0].State != slot.StateRunning {
+		t.Fatalf("%d records, newest %+v", len(recs), recs[0])
+	}
+	replica, at, ttl, err := s.Holder(ctx, "status")
+	if err != nil || replica != "r1" || !at.Equal(base.Add(11*time.Second)) || ttl <= 0 {
+		t.Fatalf("Holder = %s %v %v %v", replica, at, ttl, err)
+	}
+	states, err := s.JobStates(ctx, []string{"status", "never"})
+	if st := states["status"]; err != nil || len(states) != 1 || !st.Last.Equal(base.Add(11*time.Second)) ||
+		len(st.Running) != 1 || !st.Running[0].Equal(base.Add(11*time.Second)) {
+		t.Fatalf("JobStates = %+v, %v; want the latest slot, running", states, err)
+	}
+	finish(s, last, slot.StateDone, "")
+	if states, _ := s.JobStates(ctx, []string{"status"}); len(states["status"].Running) != 0 {
+		t.Fatalf("JobStates after the finish = %+v, want no running slot", states)
+	}
+}
+
+func TestSlotsOnCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	s, err := slotstore.New(c.Client(), "sc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1_700_000_800, 0)
+	var claims []slot.Claim
+	for i := range 12 { // jobs spread over the three masters
+		claims = append(claims, live(fmt.Sprintf("job-%d", i), at, "r1"))
+	}
+	// Two slots of one job share a hash slot, and so a script call.
+	overlapping := live("job-0", at.Add(time.Second), "r1")
+	overlapping.AllowOverlap = true
+	claims = append(claims, overlapping)
+	res, err := s.Claim(ctx, claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leases []slot.Lease
+	for i, r := range res {
+		if r.Err != nil || r.Outcome != slot.OutcomeWon {
+			t.Fatalf("claim %d: %+v", i, r)
+		}
+		leases = append(leases, r.Lease)
+	}
+	for i, err := range s.Renew(ctx, leases) {
+		if err != nil {
+			t.Fatalf("renew %d: %v", i, err)
+		}
+	}
+	tk := takeover("job-0", at, "r2", true, 3)
+	if r := claimOne(t, s, tk); r.Outcome != slot.OutcomeAlive {
+		t.Fatalf("takeover on cluster: %+v", r)
+	}
+	for _, l := range leases {
+		if err := finish(s, l, slot.StateDone, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Records(ctx, "job-3", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.JobStates(ctx, []string{"job-1", "job-2"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wrappedClient hides the concrete client type, as an instrumentation
+// wrapper would: Slots then sends one script call per claim.
+type wrappedClient struct{ *redis.Client }
+
+func TestSlotClaimThroughAWrapper(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	counter := &pipelineCounter{}
+	rdb.AddHook(counter)
+	s, _ := slotstore.New(wrappedClient{rdb}, srv.Key("wrapped"))
+	ctx := context.Background()
+	if err := s.Prepare(ctx); err != nil { // connection set up, scripts cached
+		t.Fatal(err)
+	}
+	var claims []slot.Claim
+	for i := range 10 {
+		claims = append(claims, live(fmt.Sprintf("w%d", i), time.Unix(1_700_002_000, 0), "r1"))
+	}
+	claims = append(claims, live("w0", time.Unix(1_700_002_000, 0), "r2"))
+	before := counter.n.Load()
+	res, err := s.Claim(ctx, claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.n.Load() - before; n != 1 {
+		t.Fatalf("11 claims took %d round trips, want 1", n)
+	}
+	for i, r := range res[:10] {
+		if r.Err != nil || r.Outcome != slot.OutcomeWon {
+			t.Fatalf("claim %d: %+v", i, r)
+		}
+	}
+	if last := res[10]; last.Outcome != slot.OutcomeLost || last.Holder != "r1" {
+		t.Fatalf("second claim of w0 in the same batch: %+v", last)
+	}
+}
+
+// TestScriptHeaders keeps every script documented.
+func TestScriptHeaders(t *testing.T) {
+	for _, p := range rediskit.ScriptHeaderProblems(os.DirFS("scripts")) {
+		t.Error(p)
+	}
+}
