@@ -25,7 +25,7 @@
 //
 // Middleware wraps a Func the way robfig/cron's Chain wraps jobs: Recover turns
 // a panic into an error that carries the stack, Timeout bounds a run, Chain
-// composes them. The scheduler recovers panics itself, so a panicking job
-// fails its run and never takes the process down; Recover is for Funcs that
-// are called elsewhere too.
+// composes them. The scheduler runs every job through Recover, and through
+// Timeout when the job has one, so a panicking job fails its run and never
+// takes the process down.
 package jobs

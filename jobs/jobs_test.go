@@ -106,6 +106,24 @@ func TestTimeoutCause(t *testing.T) {
 	}
 }
 
+// TestTimeoutNamesItsCause: a job that returns ctx.Err() gets the timeout
+// named in its error; a job that fails on its own keeps its error as is.
+func TestTimeoutNamesItsCause(t *testing.T) {
+	plain := jobs.Timeout(time.Millisecond)(func(ctx context.Context, _ jobs.Run) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	err := plain(context.Background(), jobs.Run{})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, jobs.ErrTimeout) || !strings.Contains(err.Error(), "jobs: timeout after 1ms") {
+		t.Fatalf("err = %v, want DeadlineExceeded naming the timeout", err)
+	}
+	own := errors.New("disk full")
+	failing := jobs.Timeout(time.Hour)(func(context.Context, jobs.Run) error { return own })
+	if err := failing(context.Background(), jobs.Run{}); err != own {
+		t.Fatalf("err = %v, want the job's own error untouched", err)
+	}
+}
+
 func TestChainOrder(t *testing.T) {
 	var order []string
 	mw := func(name string) jobs.Middleware {

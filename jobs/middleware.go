@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
@@ -52,13 +53,21 @@ func Recover() Middleware {
 }
 
 // Timeout ends the wrapped Func's context after d, with cause ErrTimeout. A
-// run that ignores its context is not stopped: Go cannot stop it.
+// Func that returns its context's error once the timeout has passed (plain
+// context.DeadlineExceeded) gets the cause added, so the error says why and
+// errors.Is(err, ErrTimeout) holds. A run that ignores its context is not
+// stopped: Go cannot stop it.
 func Timeout(d time.Duration) Middleware {
 	return func(fn Func) Func {
 		return func(ctx context.Context, run Run) error {
 			ctx, cancel := context.WithTimeoutCause(ctx, d, fmt.Errorf("%w after %v", ErrTimeout, d))
 			defer cancel()
-			return fn(ctx, run)
+			err := fn(ctx, run)
+			if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrTimeout) &&
+				errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
+				err = fmt.Errorf("%w (%w)", err, cause)
+			}
+			return err
 		}
 	}
 }

@@ -1,5 +1,6 @@
-// Package locking holds leases on Redis keys. It is the only package of
-// slotcron that talks to Redis.
+// Package locking holds leases on Redis keys: a lock family that a program can
+// import on its own, with nothing of the scheduler in it (the scheduler's slot
+// protocol on Redis is package slotstore).
 //
 // # The family
 //
@@ -7,12 +8,10 @@
 //   - Reentrant (Client.Reentrant): one owner that may hold several times over.
 //   - RWMutex (Client.RWMutex): many readers or one writer.
 //   - Redlock (NewRedlock): one owner per key across N independent masters.
-//   - Slots (NewSlots): the slot protocol of the scheduler: claim, renew,
-//     finish and takeover of (job, scheduled time) slots, batched so that a
-//     replica pays one round trip per tick whatever the number of due jobs.
 //
-// Every acquisition of the lock family returns a *Lease: the same Key, Token, Fence, TTL, Extend,
-// Release, KeepAlive, Done and Context, whatever the kind of lock.
+// Every acquisition of the lock family returns a *Lease: the same Key, Token,
+// Fence, TTL, Extend, Release, KeepAlive, Done and Context, whatever the kind
+// of lock.
 //
 // # Leases
 //

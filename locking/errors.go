@@ -1,6 +1,10 @@
 package locking
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/slotcron/slotcron/internal/validity"
+)
 
 var (
 	// ErrNotObtained means another owner holds the key. Obtain returns it; it is
@@ -15,8 +19,9 @@ var (
 	// ErrLeaseLost is the cause of a lease context's cancellation when ownership
 	// can no longer be proven: the token check failed, or the TTL ran out while
 	// renewals kept failing. Test for it with errors.Is(context.Cause(ctx), ErrLeaseLost);
-	// the cause wraps it with the reason.
-	ErrLeaseLost = errors.New("locking: lease lost")
+	// the cause wraps it with the reason. It is the same value as
+	// slot.ErrLeaseLost, the cause of a scheduled run's lost lease.
+	ErrLeaseLost = validity.ErrLeaseLost
 
 	// ErrInvalidKey means a key can't be used as asked, for instance a key that
 	// has no hash tag and contains '}', so keys derived from it could not share

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +40,28 @@ func familyKeys(key func(string) string, base string) []string {
 	return keys
 }
 
+// waitForWriterMark returns once a writer has marked itself as waiting on the
+// read-write lock k (a "q:" field of its hash), failing after 5s.
+func waitForWriterMark(t *testing.T, rdb locking.RedisClient, k string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second) // only a guard against a hang
+	for {
+		fields, err := rdb.Eval(context.Background(), "return redis.call('HKEYS', KEYS[1])", []string{k}).StringSlice()
+		if err != nil {
+			t.Fatalf("%s: HKEYS: %v", k, err)
+		}
+		for _, f := range fields {
+			if strings.HasPrefix(f, "q:") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no waiting writer's mark after 5s: %v", k, fields)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 func familySuite(t *testing.T, rdb locking.RedisClient, key func(string) string) {
 	lk := locking.New(rdb)
 	ctx := context.Background()
@@ -69,14 +92,14 @@ func familySuite(t *testing.T, rdb locking.RedisClient, key func(string) string)
 	})
 
 	t.Run("watchdog", func(t *testing.T) {
-		l, err := lk.Obtain(ctx, key("family-watchdog"), 60*time.Millisecond, locking.WithWatchdog())
+		l, err := lk.Obtain(ctx, key("family-watchdog"), keepAliveTTL, locking.WithWatchdog())
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
-		if err := l.Context().Err(); err != nil {
-			t.Fatalf("lease ended: %v", context.Cause(l.Context()))
-		}
+		keptAlive(t, l, 2*keepAliveTTL, func() error {
+			_, err := l.TTL(ctx)
+			return err
+		})
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -88,9 +111,13 @@ func familySuite(t *testing.T, rdb locking.RedisClient, key func(string) string)
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The waiter's fallback backoff cannot fire before 2.5s after it
+			// starts: only the release message wakes it sooner.
+			const minBackoff, maxBackoff = 5 * time.Second, 10 * time.Second
 			done := make(chan error, 1)
+			launched := time.Now()
 			go func() {
-				l, err := lk.Lock(ctx, k, time.Second, locking.WithBackoff(5*time.Second, 10*time.Second))
+				l, err := lk.Lock(ctx, k, time.Second, locking.WithBackoff(minBackoff, maxBackoff))
 				if err == nil {
 					err = l.Release(ctx)
 				}
@@ -98,13 +125,8 @@ func familySuite(t *testing.T, rdb locking.RedisClient, key func(string) string)
 			}()
 			time.Sleep(30 * time.Millisecond) // the waiter subscribes
 			holder.Release(ctx)
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("%s: waiter: %v", k, err)
-				}
-			case <-time.After(time.Second): // the fallback backoff is 2.5s..5s
-				t.Fatalf("%s: the release message did not wake the waiter within 1s", k)
+			if err := before(t, done, launched.Add(minBackoff/2), k+": the release message did not wake the waiter before its backoff could fire"); err != nil {
+				t.Fatalf("%s: waiter: %v", k, err)
 			}
 		}
 	})
@@ -145,7 +167,9 @@ func familySuite(t *testing.T, rdb locking.RedisClient, key func(string) string)
 			if err != nil {
 				t.Fatalf("%s: RLock: %v", k, err)
 			}
-			if err := r.Extend(ctx, 2*time.Second); err != nil {
+			const readTTL = 2 * time.Second
+			extended := time.Now() // r's hold cannot expire before extended+readTTL
+			if err := r.Extend(ctx, readTTL); err != nil {
 				t.Fatalf("%s: Extend: %v", k, err)
 			}
 			if _, err := r.TTL(ctx); err != nil {
@@ -159,18 +183,14 @@ func familySuite(t *testing.T, rdb locking.RedisClient, key func(string) string)
 				}
 				got <- err
 			}()
-			time.Sleep(30 * time.Millisecond)
+			waitForWriterMark(t, rdb, k)
 			if _, err := rw.TryRLock(ctx, time.Second); !errors.Is(err, locking.ErrNotObtained) {
 				t.Fatalf("%s: a reader got in past a waiting writer: %v", k, err)
 			}
 			r.Release(ctx)
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatalf("%s: writer: %v", k, err)
-				}
-			case <-time.After(time.Second):
-				t.Fatalf("%s: writer not woken within 1s of the last reader leaving", k)
+			// Only the release can let the writer in before r's hold expires.
+			if err := before(t, got, extended.Add(readTTL), k+": writer not in before the last reader's hold could expire: its release did not let the writer in"); err != nil {
+				t.Fatalf("%s: writer: %v", k, err)
 			}
 			wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			r2, _ := rw.RLock(ctx, time.Second)

@@ -3,6 +3,8 @@ package locking
 import (
 	"fmt"
 	"strings"
+
+	"github.com/slotcron/slotcron/internal/rediskit"
 )
 
 // Key returns prefix + ":{" + name + "}". Every key slotcron derives from it
@@ -12,28 +14,13 @@ func Key(prefix, name string) string {
 	return prefix + ":{" + name + "}"
 }
 
-// hashTag returns the part of key that Redis Cluster hashes: the text between
-// the first '{' and the first '}' after it, when that text is not empty, and
-// otherwise the whole key.
-func hashTag(key string) string {
-	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return key
-	}
-	end := strings.IndexByte(key[open+1:], '}')
-	if end <= 0 {
-		return key
-	}
-	return key[open+1 : open+1+end]
-}
-
 // derivedKey returns a key for suffix that lives in key's cluster slot:
 // key + ":" + suffix when key has a hash tag, else "{" + key + "}:" + suffix.
 func derivedKey(key, suffix string) (string, error) {
 	if key == "" {
 		return "", fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	if tag := hashTag(key); tag != key {
+	if tag := rediskit.HashTag(key); tag != key {
 		return key + ":" + suffix, nil
 	}
 	if strings.ContainsRune(key, '}') {
@@ -50,21 +37,4 @@ func releaseChannel(key string) string {
 		return ch
 	}
 	return key + ":released"
-}
-
-// hashSlot is the Redis Cluster hash slot of the tag name: CRC16 (XMODEM)
-// modulo 16384, as CLUSTER KEYSLOT computes it.
-func hashSlot(tag string) uint16 {
-	var crc uint16
-	for i := 0; i < len(tag); i++ {
-		crc ^= uint16(tag[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/slotcron/slotcron/internal/validity"
 )
 
 // releaseTimeout bounds Release, which runs on a context detached from the
@@ -27,7 +29,7 @@ type Lease struct {
 	token string
 	fence int64
 	hold  hold
-	v     *validity
+	v     *validity.Timer
 
 	mu        sync.Mutex
 	ttl       time.Duration
@@ -58,7 +60,7 @@ func newLease(h hold, key, token string, fence int64, ttl time.Duration, sentAt 
 		token:     token,
 		fence:     fence,
 		hold:      h,
-		v:         newValidity(parent, sentAt, ttl),
+		v:         validity.Start(parent, sentAt, ttl),
 		ttl:       ttl,
 		stopWatch: make(chan struct{}),
 		watchDone: make(chan struct{}),
@@ -78,17 +80,17 @@ func (l *Lease) Fence() int64 { return l.fence }
 
 // Done returns a channel that is closed when the lease ends: when it is
 // released, or when ownership can no longer be proven (see Context).
-func (l *Lease) Done() <-chan struct{} { return l.v.ctx.Done() }
+func (l *Lease) Done() <-chan struct{} { return l.v.Context().Done() }
 
 // Context returns a context that is cancelled when the lease ends. After a loss,
 // context.Cause returns an error that wraps ErrLeaseLost and says why; after
 // Release it returns context.Canceled. The context carries the values of the
 // context given to Obtain or Lock, but not its cancellation.
-func (l *Lease) Context() context.Context { return l.v.ctx }
+func (l *Lease) Context() context.Context { return l.v.Context() }
 
 // Deadline returns the local time until which ownership is proven: the last
 // confirmed (re)set of the TTL, less a clock-drift margin.
-func (l *Lease) Deadline() time.Time { return l.v.deadline() }
+func (l *Lease) Deadline() time.Time { return l.v.Deadline() }
 
 // TTL asks Redis for the key's remaining time to live. It returns ErrNotHeld if
 // the key no longer holds this lease's token. One round trip.
@@ -117,7 +119,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l.mu.Lock()
 	released := l.released
 	l.mu.Unlock()
-	if released || l.v.ctx.Err() != nil {
+	if released || l.v.Context().Err() != nil {
 		return ErrNotHeld
 	}
 	ok, err := l.extend(ctx, ttl)
@@ -142,10 +144,10 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) (ok bool, err err
 		return false, err
 	}
 	if !ok {
-		l.v.end(lostTo("the key no longer holds this token"))
+		l.v.End(validity.LostTo("the key no longer holds this token"))
 		return false, nil
 	}
-	l.v.extend(sent, ttl)
+	l.v.Extend(sent, ttl)
 	return true, nil
 }
 
@@ -159,7 +161,7 @@ func (l *Lease) KeepAlive() error {
 	if l.released {
 		return ErrNotHeld
 	}
-	if err := context.Cause(l.v.ctx); err != nil {
+	if err := context.Cause(l.v.Context()); err != nil {
 		return err
 	}
 	if !l.watching {
@@ -177,7 +179,7 @@ func (l *Lease) watch() {
 		select {
 		case <-l.stopWatch:
 			return
-		case <-l.v.ctx.Done():
+		case <-l.v.Context().Done():
 			return
 		case <-timer.C:
 		}
@@ -185,12 +187,12 @@ func (l *Lease) watch() {
 		ttl := l.ttl
 		l.mu.Unlock()
 		// The call may not outlive the proof of ownership it tries to extend.
-		ctx, cancel := context.WithDeadline(context.Background(), l.v.deadline())
+		ctx, cancel := context.WithDeadline(context.Background(), l.v.Deadline())
 		ok, err := l.extend(ctx, ttl)
 		cancel()
 		switch {
 		case err != nil:
-			l.v.failed(err)
+			l.v.Failed(err)
 			timer.Reset(retryDelay(ttl))
 		case ok:
 			timer.Reset(l.renewPeriod())
@@ -234,12 +236,12 @@ func (l *Lease) Release(ctx context.Context) error {
 		switch {
 		case err != nil:
 			l.releaseErr = fmt.Errorf("locking: Release %q: %w", l.key, err)
-			l.v.end(nil)
+			l.v.End(nil)
 		case !ok:
 			l.releaseErr = ErrNotHeld
-			l.v.end(lostTo("the key no longer held this token at release"))
+			l.v.End(validity.LostTo("the key no longer held this token at release"))
 		default:
-			l.v.end(nil)
+			l.v.End(nil)
 		}
 	})
 	return l.releaseErr

@@ -2,12 +2,12 @@ package locking
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/internal/rediskit"
 )
 
 // RedisClient is what the lock family needs from go-redis: scripts, and pub/sub
@@ -89,7 +89,7 @@ func (c *Client) mutexAttempt(key string, ttl time.Duration, o options) (attempt
 		keys, fencing = append(keys, fence), "1"
 	}
 	// One token for every attempt, so that a retried script is recognised.
-	h := stringHold{rdb: c.rdb, key: key, token: newToken(), channel: releaseChannel(key)}
+	h := stringHold{rdb: c.rdb, key: key, token: rediskit.NewToken(), channel: releaseChannel(key)}
 	try := func(ctx context.Context) (*Lease, time.Duration, error) {
 		sent := time.Now()
 		res, err := obtainScript.Run(ctx, c.rdb, keys, h.token, ttl.Milliseconds(), fencing).Int64Slice()
@@ -143,13 +143,4 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration, opts .
 		return nil, err
 	}
 	return c.acquire(ctx, releaseChannel(key), o, true, try, undo)
-}
-
-// newToken returns 128 bits from crypto/rand, base64url-encoded (22 characters).
-func newToken() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand never fails on supported platforms
-	}
-	return base64.RawURLEncoding.EncodeToString(b[:])
 }

@@ -7,6 +7,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/slotcron/slotcron/internal/rediskit"
+	"github.com/slotcron/slotcron/internal/validity"
 )
 
 // Redlock is the Redlock algorithm over N independent Redis masters: a lease
@@ -105,7 +108,7 @@ func (r *Redlock) Obtain(ctx context.Context, key string, ttl time.Duration, opt
 	if o.backoffSet {
 		return nil, errors.New("locking: Redlock.Obtain: WithBackoff does not apply; use WithRetries on NewRedlock")
 	}
-	h := redlockHold{r: r, key: key, token: newToken(), channel: releaseChannel(key)}
+	h := redlockHold{r: r, key: key, token: rediskit.NewToken(), channel: releaseChannel(key)}
 	var lastErr error
 	for attempt := 0; attempt <= r.retries; attempt++ {
 		if attempt > 0 && !r.pause(ctx) {
@@ -124,7 +127,7 @@ func (r *Redlock) Obtain(ctx context.Context, key string, ttl time.Duration, opt
 			// after its SET, not before it.
 			return a.yes >= r.quorum
 		})
-		if answers.yes >= r.quorum && time.Since(start) < safeTTL(ttl) {
+		if answers.yes >= r.quorum && time.Since(start) < validity.SafeTTL(ttl) {
 			l := newLease(h, key, h.token, 0, ttl, start, ctx)
 			if o.watchdog {
 				_ = l.KeepAlive()

@@ -3,6 +3,7 @@ package locking_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,11 +47,13 @@ func TestReentrantRefusesAnotherOwner(t *testing.T) {
 	ctx := context.Background()
 	key := srv.Key("reentrant-owner")
 	a, b := lk.Reentrant(key, "a"), lk.Reentrant(key, "b")
-	h1, err := a.TryLock(ctx, 5*time.Second)
+	const holdTTL = 5 * time.Second
+	first := time.Now() // a's holds cannot expire before first+holdTTL
+	h1, err := a.TryLock(ctx, holdTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h2, err := a.TryLock(ctx, 5*time.Second)
+	h2, err := a.TryLock(ctx, holdTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,13 +75,9 @@ func TestReentrantRefusesAnotherOwner(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond)
 	h2.Release(ctx)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("b.Lock: %v", err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("b did not get the lock within 2s of a's last release")
+	// Only the release can free the lock before a's holds expire.
+	if err := before(t, got, first.Add(holdTTL), "b did not get the lock before a's holds could expire: the release did not free it"); err != nil {
+		t.Fatalf("b.Lock: %v", err)
 	}
 }
 
@@ -115,21 +114,16 @@ func TestReentrantExpiryEndsAllHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h1Obtained := time.Now()
 	h2, err := r.TryLock(ctx, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, h := range []*locking.Lease{h1, h2} {
-		select {
-		case <-h.Done():
-			if !errors.Is(context.Cause(h.Context()), locking.ErrLeaseLost) {
-				t.Fatalf("hold %d cause: %v", i+1, context.Cause(h.Context()))
-			}
-		case <-time.After(time.Second):
-			t.Fatalf("hold %d still live 1s after its TTL", i+1)
-		}
-	}
-	time.Sleep(50 * time.Millisecond)
+	h2Obtained := time.Now()
+	lossWithin(t, h1, h1Obtained, ttl)
+	lossWithin(t, h2, h2Obtained, ttl)
+	// Redis set the hash's TTL before the second TryLock returned.
+	time.Sleep(time.Until(h2Obtained.Add(ttl + 20*time.Millisecond)))
 	if rdb.Exists(ctx, key).Val() != 0 {
 		t.Fatal("hash outlived its TTL")
 	}
@@ -147,14 +141,16 @@ func TestReentrantWatchdog(t *testing.T) {
 	srv, _, lk := setup(t)
 	ctx := context.Background()
 	r := lk.Reentrant(srv.Key("reentrant-watchdog"), "owner")
-	l, err := r.TryLock(ctx, 150*time.Millisecond, locking.WithWatchdog())
+	l, err := r.TryLock(ctx, keepAliveTTL, locking.WithWatchdog())
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(600 * time.Millisecond)
-	if n, _ := r.Holds(ctx); n != 1 || l.Context().Err() != nil {
-		t.Fatalf("after 4 TTLs with a watchdog: count %d, lease err %v", n, context.Cause(l.Context()))
-	}
+	keptAlive(t, l, 2*keepAliveTTL, func() error {
+		if n, err := r.Holds(ctx); n != 1 || err != nil {
+			return fmt.Errorf("count %d (%v), want 1", n, err)
+		}
+		return nil
+	})
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

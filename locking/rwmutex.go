@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/slotcron/slotcron/internal/rediskit"
 )
 
 // RWMutex is a read-write lock: many readers or one writer. It is one hash per
@@ -76,7 +78,7 @@ func (m *RWMutex) lock(ctx context.Context, op, kind string, ttl time.Duration, 
 	if o.fencing {
 		return nil, fmt.Errorf("locking: %s: WithFencing is not supported by the read-write lock", op)
 	}
-	h := rwHold{m: m, token: newToken(), kind: kind}
+	h := rwHold{m: m, token: rediskit.NewToken(), kind: kind}
 	script, args := rwRLockScript, []any{h.token, ttl.Milliseconds(), "1"}
 	if m.preferReaders {
 		args[2] = "0"

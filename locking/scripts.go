@@ -2,8 +2,11 @@ package locking
 
 import (
 	"embed"
+	"io/fs"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/internal/rediskit"
 )
 
 // The scripts, one per operation. Each file starts with a header that states
@@ -13,22 +16,12 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
+var scriptDir, _ = fs.Sub(scriptFiles, "scripts")
+
 // loadScript returns the script in file name, with the files in prepend
 // (shared helpers) in front of it.
 func loadScript(name string, prepend ...string) *redis.Script {
-	return redis.NewScript(scriptSource(name, prepend...))
-}
-
-func scriptSource(name string, prepend ...string) string {
-	var src []byte
-	for _, f := range append(prepend, name) {
-		b, err := scriptFiles.ReadFile("scripts/" + f)
-		if err != nil {
-			panic("locking: missing embedded script " + f) // a build error in disguise
-		}
-		src = append(append(src, b...), '\n')
-	}
-	return string(src)
+	return rediskit.Script(scriptDir, name, prepend...)
 }
 
 var (
@@ -48,16 +41,4 @@ var (
 	rwExtendScript = loadScript("rw_extend.lua", "rw_lib.lua")
 	rwPTTLScript   = loadScript("rw_pttl.lua", "rw_lib.lua")
 	rwUnwaitScript = loadScript("rw_unwait.lua", "rw_lib.lua")
-
-	slotClaimScript    = loadScript("slot_claim.lua")
-	slotRenewScript    = loadScript("slot_renew.lua")
-	slotFinishScript   = loadScript("slot_finish.lua")
-	slotTakeoverScript = loadScript("slot_takeover.lua")
 )
-
-// slotScriptSources are what Slots.Prepare loads. (redis.Script.Load can't be
-// pipelined: it reads its reply at once, and before Exec that reply is empty.)
-var slotScriptSources = []string{
-	scriptSource("slot_claim.lua"), scriptSource("slot_renew.lua"),
-	scriptSource("slot_finish.lua"), scriptSource("slot_takeover.lua"),
-}

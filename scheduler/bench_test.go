@@ -18,8 +18,9 @@ import (
 
 	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/jobs"
-	"github.com/slotcron/slotcron/locking"
 	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // tripCounter is a go-redis hook that counts the round trips made under a
@@ -49,15 +50,15 @@ func (tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // countingClaimer counts the round trips of the batches that carry a tick's
 // live claims, and of the batches that carry only takeover checks.
 type countingClaimer struct {
-	*locking.Slots
+	*slotstore.Store
 	tickBatches, tickTrips   atomic.Int64
 	checkBatches, checkTrips atomic.Int64
 }
 
-func (c *countingClaimer) Claim(ctx context.Context, claims []locking.SlotClaim) ([]locking.ClaimResult, error) {
+func (c *countingClaimer) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
 	var n atomic.Int64
-	res, err := c.Slots.Claim(context.WithValue(ctx, tripsKey{}, &n), claims)
-	live := slices.ContainsFunc(claims, func(c locking.SlotClaim) bool { return c.Kind == locking.ClaimLive })
+	res, err := c.Store.Claim(context.WithValue(ctx, tripsKey{}, &n), claims)
+	live := slices.ContainsFunc(claims, func(c slot.Claim) bool { return c.Kind == slot.ClaimLive })
 	if live {
 		c.tickBatches.Add(1)
 		c.tickTrips.Add(n.Load())
@@ -116,8 +117,8 @@ func benchDispatch(b *testing.B, replicas int) {
 		for r := range replicas {
 			rdb := redis.NewClient(srv.Options())
 			rdb.AddHook(tripCounter{})
-			slots, _ := locking.NewSlots(rdb, prefix)
-			cc := &countingClaimer{Slots: slots}
+			slots, _ := slotstore.New(rdb, prefix)
+			cc := &countingClaimer{Store: slots}
 			counters = append(counters, cc)
 			s, err := scheduler.New(cc, reg, scheduler.WithJobs(table...), scheduler.WithReplicaID(fmt.Sprint("r", r)))
 			if err != nil {

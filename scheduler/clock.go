@@ -37,16 +37,22 @@ const preciseLead = 2 * time.Millisecond
 // that late. This timer's Go timer fires preciseLead early, and the rest is
 // slept in the kernel (nanosleep on Linux), which wakes within the thread's
 // timer slack (50µs by default). Elsewhere, the rest is a time.Sleep.
+//
+// Any d is safe: one of zero or less fires at once (the due.Sub(now) of a
+// zero due time saturates at the most negative Duration), and the largest
+// waits about 292 years. The rest is measured on the monotonic clock from
+// the start, so no arithmetic can overflow.
 type preciseTimer struct {
 	c chan time.Time
 	t *time.Timer
 }
 
 func newPreciseTimer(d time.Duration) *preciseTimer {
-	at := time.Now().Add(d)
+	start := time.Now()
+	d = max(d, 0)
 	pt := &preciseTimer{c: make(chan time.Time, 1)}
-	pt.t = time.AfterFunc(d-preciseLead, func() {
-		if rest := time.Until(at); rest > 0 {
+	pt.t = time.AfterFunc(max(d, preciseLead)-preciseLead, func() {
+		if rest := d - time.Since(start); rest > 0 {
 			sleepPrecisely(rest)
 		}
 		pt.c <- time.Now() // 1-buffered, and sent once

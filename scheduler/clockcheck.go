@@ -5,18 +5,23 @@ import (
 	"time"
 )
 
-// measureOffset measures Redis's clock against this replica's (one round
-// trip, halved) and logs when it is past warn_skew or max_skew.
-func (s *Scheduler) measureOffset(ctx context.Context) error {
+// probe measures Redis's clock against this replica's (one round trip,
+// halved), logs when the offset is past warn_skew or max_skew, and checks the
+// deployment's epoch: another epoch than the one this replica knew means
+// Redis lost its data.
+func (s *Scheduler) probe(ctx context.Context) error {
 	t0 := s.cfg.clock.Now()
-	redisNow, err := s.claimer.Time(ctx)
+	p, err := s.claimer.Probe(ctx)
 	if err != nil {
 		return err
 	}
 	t1 := s.cfg.clock.Now()
-	offset := redisNow.Sub(t0.Add(t1.Sub(t0) / 2))
+	offset := p.Now.Sub(t0.Add(t1.Sub(t0) / 2))
 	s.offsetMu.Lock()
 	s.offset, s.measured = offset, true
+	s.probedWall, s.probedMono = t1.Round(0), time.Now()
+	known := s.epoch
+	s.epoch = p.Epoch
 	s.offsetMu.Unlock()
 	s.tel.offset(offset)
 	abs := max(offset, -offset)
@@ -28,7 +33,37 @@ func (s *Scheduler) measureOffset(ctx context.Context) error {
 	case abs > s.cfg.warnSkew:
 		s.log.Warn("clock offset from Redis is above warn_skew", attrs...)
 	}
+	switch {
+	case known != "" && known != p.Epoch:
+		s.dataLoss("the deployment's epoch in Redis changed", "previous_epoch", known, "epoch", p.Epoch)
+	case known == "" && p.Created:
+		s.log.Info("Redis held no epoch for this key prefix: a first deployment, or data lost while no replica ran",
+			"slotcron.replica", s.cfg.replica, "epoch", p.Epoch)
+	}
 	return nil
+}
+
+// dataLoss reports, loudly, that Redis lost data this replica relied on.
+func (s *Scheduler) dataLoss(why string, attrs ...any) {
+	s.tel.dataLost()
+	s.log.Error("Redis lost data: "+why+"; slot records, leases and fence counters written before may be gone, "+
+		"so a slot still within its misfire grace may run again (see the README's guarantees)",
+		append([]any{"slotcron.replica", s.cfg.replica}, attrs...)...)
+}
+
+// clockStepped reports whether this replica's clock has moved, since the
+// last probe, by more than warn_skew other than real time has (an NTP step,
+// an operator's date): its offset from Redis is no longer known. Real time is
+// the monotonic clock, which steps do not move.
+func (s *Scheduler) clockStepped(now time.Time) (time.Duration, bool) {
+	s.offsetMu.Lock()
+	wall, mono := s.probedWall, s.probedMono
+	s.offsetMu.Unlock()
+	if mono.IsZero() {
+		return 0, false
+	}
+	drift := now.Round(0).Sub(wall) - time.Since(mono)
+	return drift, max(drift, -drift) > s.cfg.warnSkew
 }
 
 // refused reports whether claims are refused: the last measured offset is
@@ -38,7 +73,16 @@ func (s *Scheduler) refused() (time.Duration, bool) {
 	return offset, ok && max(offset, -offset) > s.cfg.maxSkew
 }
 
-// clockLoop measures the offset every clock check period until ctx ends.
+// probeSoon asks the clock loop to probe now rather than at its next period:
+// after claims failed (Redis may have restarted), or when they are refused.
+func (s *Scheduler) probeSoon() {
+	select {
+	case s.probeNow <- struct{}{}:
+	default:
+	}
+}
+
+// clockLoop probes every clock check period, and when asked, until ctx ends.
 func (s *Scheduler) clockLoop(ctx context.Context) {
 	for {
 		t := s.cfg.clock.NewTimer(s.cfg.clockCheckEvery)
@@ -47,9 +91,11 @@ func (s *Scheduler) clockLoop(ctx context.Context) {
 			t.Stop()
 			return
 		case <-t.C():
+		case <-s.probeNow:
+			t.Stop()
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.claimTimeout)
-		if err := s.measureOffset(cctx); err != nil && ctx.Err() == nil {
+		if err := s.probe(cctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("cannot measure the clock against Redis", "error", err)
 		}
 		cancel()

@@ -13,7 +13,7 @@
 // finds it and does nothing: a job that finishes in a millisecond is not run
 // again.
 //
-//	claimer, _ := locking.NewSlots(rdb, "slotcron")
+//	claimer, _ := slotstore.New(rdb, "slotcron")
 //	s, err := scheduler.New(claimer, registry,
 //		scheduler.WithJobs(scheduler.Job{Name: "lottery", Schedule: "0 0 12 * * *"}),
 //		scheduler.WithLogger(logger))
@@ -59,7 +59,7 @@
 // The winner holds a lease on the run, renewed with every other lease the
 // replica holds in one round trip per renew period (TTL/3 by default). The
 // job's context is cancelled as soon as ownership can no longer be proven,
-// with a cause that wraps locking.ErrLeaseLost: a failed token check, or the
+// with a cause that wraps slot.ErrLeaseLost: a failed token check, or the
 // TTL running out while renewals fail. Other replicas watch a running slot,
 // and settle it by the job's policy once its owner's lease is gone.
 //

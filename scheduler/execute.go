@@ -3,40 +3,39 @@ package scheduler
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/slotcron/slotcron/jobs"
-	"github.com/slotcron/slotcron/locking"
+	"github.com/slotcron/slotcron/slot"
 )
 
 // finishTimeout bounds recording a run's outcome, on a context that outlives
 // the scheduler's.
 const finishTimeout = 5 * time.Second
 
-// start runs a won slot in its own goroutine.
-func (r *runner) start(j *jobState, lease *locking.SlotLease, catchup bool, sctx context.Context, slotSpan trace.Span) {
-	runCtx, runSpan := r.s.tel.startRun(sctx)
-	r.renew.add(lease, runCtx)
+// start runs a won slot in its own goroutine, which owns the slot's trace
+// from now on.
+func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrace) {
+	st.startRun()
+	r.renew.add(lease, st)
 	r.jobsWG.Add(1)
 	go func() {
 		defer r.jobsWG.Done()
-		r.execute(j, lease, sctx, runCtx, runSpan, slotSpan)
-		if catchup {
-			r.post(func() { r.nextCatchup(r.clock.Now(), j) })
-		}
+		leftRunning := r.execute(j, lease, st)
+		r.ended(runEnded{job: j, claim: c, leftRunning: leftRunning})
 	}()
 }
 
 // execute runs the job under a context that ends on timeout, on shutdown
-// (after the grace) or on lease loss, and records the outcome.
-func (r *runner) execute(j *jobState, lease *locking.SlotLease, sctx, runCtx context.Context, runSpan, slotSpan trace.Span) {
+// (after the grace) or on lease loss, records the outcome and ends the slot's
+// trace. It reports whether the slot was left running for a takeover.
+func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) (leftRunning bool) {
 	run := jobs.Run{Job: j.Name, Slot: lease.Slot(), Attempt: lease.Attempt(), Fence: lease.Fence(),
-		Replica: r.s.cfg.replica, Token: lease.Token()}
+		Replica: r.self, Token: lease.Token()}
+	defer st.end(ending{outcome: string(slot.OutcomeWon), holder: r.self, fence: run.Fence, attempt: run.Attempt})
 	log := r.log
 	if log.Enabled(context.Background(), slog.LevelError) { // a logger that keeps nothing needs no attributes
 		log = log.With("slotcron.job", j.Name, "slotcron.slot", run.Slot.UTC().Format(time.RFC3339),
@@ -49,8 +48,9 @@ func (r *runner) execute(j *jobState, lease *locking.SlotLease, sctx, runCtx con
 	lossRecorded := make(chan struct{})
 	stopWatch := context.AfterFunc(lease.Context(), func() {
 		defer close(lossRecorded)
-		if cause := context.Cause(lease.Context()); errors.Is(cause, locking.ErrLeaseLost) {
-			r.s.tel.lost(runCtx, lease, cause)
+		if cause := context.Cause(lease.Context()); errors.Is(cause, slot.ErrLeaseLost) {
+			r.s.tel.lost(j.Name)
+			st.lost(cause)
 			log.Error("lease lost: the job's context is cancelled", "error", cause)
 		}
 	})
@@ -58,16 +58,12 @@ func (r *runner) execute(j *jobState, lease *locking.SlotLease, sctx, runCtx con
 	defer cancel(nil)
 	stop := context.AfterFunc(r.killCtx, func() { cancel(ErrShutdown) })
 	defer stop()
-	if j.Timeout > 0 {
-		var cancelT context.CancelFunc
-		ctx, cancelT = context.WithTimeoutCause(ctx, j.Timeout, fmt.Errorf("%w after %v", jobs.ErrTimeout, j.Timeout))
-		defer cancelT()
-	}
-	ctx = jobs.WithRun(trace.ContextWithSpan(ctx, runSpan), run)
+	// The job's spans go under job.run; its context ends with the lease.
+	ctx = jobs.WithRun(trace.ContextWithSpan(ctx, trace.SpanFromContext(st.runCtx)), run)
 
 	log.Info("job started", "dispatch_delay", r.clock.Now().Sub(run.Slot).String())
 	began := time.Now()
-	err := call(ctx, j.fn, run)
+	err := j.fn(ctx, run) // j.fn recovers panics and applies the timeout (jobs middleware)
 	took := time.Since(began)
 	if !stopWatch() {
 		<-lossRecorded // a loss is on the run span before it ends
@@ -75,73 +71,59 @@ func (r *runner) execute(j *jobState, lease *locking.SlotLease, sctx, runCtx con
 	r.renew.remove(lease)
 
 	state, text := outcome(err, ctx, lease, j.OnOwnerLost)
-	r.s.tel.endRun(runSpan, lease, err, text)
+	st.runDone(lease, err, text)
 	if state == "" {
-		// Lease lost under on_owner_lost: retry. The record stays running for
-		// a takeover, by any replica, this one included.
 		log.Warn("lease lost mid-run; leaving the slot to a takeover", "error", text)
-		r.post(func() { r.watch(r.clock.Now(), j, run.Slot, -1) })
-		r.s.tel.ran(j.Name, string(locking.StateAbandoned), took)
-		r.s.tel.endSlot(slotSpan, j.Name, string(locking.OutcomeWon), r.s.cfg.replica, run.Fence, run.Attempt, nil)
-		return
+		r.s.tel.ran(j.Name, string(slot.StateAbandoned), took)
+		return true
 	}
 	r.s.tel.ran(j.Name, string(state), took)
-	ferr := r.finish(sctx, lease, state, text) // lock.finish is job.run's sibling under the slot span
+	ferr := st.finishing(state, func() error { return r.finish(lease, state, text) })
 	switch {
 	case ferr == nil:
 		log.Info("job finished", "state", string(state), "took", took.String(), "error", text)
-	case errors.Is(ferr, locking.ErrNotHeld):
+	case errors.Is(ferr, slot.ErrDataLoss):
+		r.s.dataLoss("a finished run's slot record is gone", "slotcron.job", j.Name,
+			"slotcron.slot", run.Slot.UTC().Format(time.RFC3339), "state", string(state))
+	case errors.Is(ferr, slot.ErrNotHeld):
 		log.Warn("job finished, but the slot is no longer this run's; its record stands", "state", string(state), "error", ferr)
 	default:
 		log.Error("job finished, but its outcome could not be recorded; the record stays running until a takeover settles it",
 			"state", string(state), "error", ferr)
 	}
-	r.s.tel.endSlot(slotSpan, j.Name, string(locking.OutcomeWon), r.s.cfg.replica, run.Fence, run.Attempt, nil)
+	return false
 }
 
 // finish records the outcome through the finisher, retrying network
 // errors a few times.
-func (r *runner) finish(ctx context.Context, lease *locking.SlotLease, state locking.SlotState, text string) error {
-	_, span := r.s.tel.startFinish(ctx)
+func (r *runner) finish(lease slot.Lease, state slot.State, text string) error {
 	var err error
 	for tries := range 3 {
-		err = r.finisher.finish(locking.FinishRequest{Lease: lease, State: state, Error: text})
-		if err == nil || errors.Is(err, locking.ErrNotHeld) {
+		err = r.finisher.finish(slot.FinishRequest{Lease: lease, State: state, Error: text})
+		if err == nil || errors.Is(err, slot.ErrNotHeld) {
 			break
 		}
 		time.Sleep(backoff(tries))
 	}
-	r.s.tel.endFinish(span, state, err)
 	return err
-}
-
-// call runs fn, turning a panic into a *jobs.PanicError: a panicking job
-// fails its run and never takes the process down.
-func call(ctx context.Context, fn jobs.Func, run jobs.Run) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &jobs.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return fn(ctx, run)
 }
 
 // outcome is the state to record for a run that returned err under ctx. It
 // is "" when the lease was lost under on_owner_lost: retry, which leaves the
 // slot running for a takeover.
-func outcome(err error, ctx context.Context, lease *locking.SlotLease, policy OwnerLost) (locking.SlotState, string) {
+func outcome(err error, ctx context.Context, lease slot.Lease, policy OwnerLost) (slot.State, string) {
 	if err == nil {
-		return locking.StateDone, ""
+		return slot.StateDone, ""
 	}
 	text := err.Error()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) && errors.Is(err, ctx.Err()) {
 		text += " (" + cause.Error() + ")"
 	}
-	if errors.Is(context.Cause(lease.Context()), locking.ErrLeaseLost) {
+	if errors.Is(context.Cause(lease.Context()), slot.ErrLeaseLost) {
 		if policy == OwnerLostRetry {
 			return "", text
 		}
-		return locking.StateAbandoned, text
+		return slot.StateAbandoned, text
 	}
-	return locking.StateFailed, text
+	return slot.StateFailed, text
 }

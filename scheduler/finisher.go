@@ -3,7 +3,7 @@ package scheduler
 import (
 	"context"
 
-	"github.com/slotcron/slotcron/locking"
+	"github.com/slotcron/slotcron/slot"
 )
 
 // maxFinishBatch bounds one batch of finishes.
@@ -18,7 +18,7 @@ type finisher struct {
 }
 
 type finishJob struct {
-	req  locking.FinishRequest
+	req  slot.FinishRequest
 	done chan error
 }
 
@@ -28,7 +28,7 @@ func newFinisher(s *Scheduler) *finisher {
 
 // finish records one run's outcome and returns its error. It blocks until the
 // batch that carries it has been answered. The loop must be running.
-func (f *finisher) finish(req locking.FinishRequest) error {
+func (f *finisher) finish(req slot.FinishRequest) error {
 	done := make(chan error, 1)
 	f.queue <- finishJob{req, done}
 	return <-done
@@ -54,7 +54,7 @@ func (f *finisher) loop(ctx context.Context) {
 				break drain
 			}
 		}
-		reqs := make([]locking.FinishRequest, len(batch))
+		reqs := make([]slot.FinishRequest, len(batch))
 		for i, j := range batch {
 			reqs[i] = j.req
 		}

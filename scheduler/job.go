@@ -3,9 +3,11 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/slot"
 )
 
 // Overlap says whether a slot may start while a run of the same job is in progress.
@@ -104,8 +106,23 @@ func (j Job) WithDefaults(leaseTTL time.Duration) Job {
 	return j
 }
 
-// minLeaseTTL is the shortest job lease: renewals every TTL/3 must fit.
-const minLeaseTTL = 100 * time.Millisecond
+// MinLeaseTTL is the shortest lease a job may have: renewals every TTL/3 must
+// fit in it. The worker's config checks lease.ttl against it.
+const MinLeaseTTL = slot.MinLeaseTTL
+
+// DefaultRenewEvery is how often leases of ttl are renewed when nothing says
+// otherwise: a third of the TTL, as Redisson and etcd do.
+func DefaultRenewEvery(ttl time.Duration) time.Duration { return ttl / 3 }
+
+// CheckRenewEvery returns an error unless renew, the period of a replica's
+// renewals, is positive and at most half of ttl: a lease must survive one
+// renewal that gets no answer. The worker's config uses it too.
+func CheckRenewEvery(renew, ttl time.Duration) error {
+	if renew <= 0 || renew > ttl/2 {
+		return fmt.Errorf("must be > 0 and at most half of the lease TTL (%v), got %v", ttl, renew)
+	}
+	return nil
+}
 
 // Validate returns every problem of j, with its defaults applied, one
 // FieldError each. maxSkew is the scheduler's; the retention must cover the
@@ -149,18 +166,45 @@ func (j Job) Validate(maxSkew time.Duration) []FieldError {
 	default:
 		add("on_owner_lost", "must be %q or %q, got %q", OwnerLostAbandon, OwnerLostRetry, j.OnOwnerLost)
 	}
-	if j.LeaseTTL < minLeaseTTL {
-		add("lease_ttl", "must be at least %v, got %v", minLeaseTTL, j.LeaseTTL)
+	if j.LeaseTTL < MinLeaseTTL {
+		add("lease_ttl", "must be at least %v, got %v", MinLeaseTTL, j.LeaseTTL)
 	}
 	switch {
 	case j.Retention <= 0:
 		add("retention", "must be > 0, got %v", j.Retention)
-	case j.Retention < j.MisfireGrace+maxSkew:
+	case j.Retention < addSaturating(j.MisfireGrace, maxSkew):
 		add("retention", "%v is shorter than misfire_grace + max_skew (%v + %v)", j.Retention, j.MisfireGrace, maxSkew)
-	case j.CatchupWindow > 0 && j.Retention < j.CatchupWindow+maxSkew:
+	case j.CatchupWindow > 0 && j.Retention < addSaturating(j.CatchupWindow, maxSkew):
 		add("retention", "%v is shorter than catchup_window + max_skew (%v + %v)", j.Retention, j.CatchupWindow, maxSkew)
 	}
+	// Slots are at least a second apart: a shorter window can't hold too
+	// many, and counting a long one costs up to MaxCatchupSlots calls of
+	// Next, so only those are counted.
+	if sched, err := ParseSchedule(j.Schedule); err == nil && j.CatchupWindow >= MaxCatchupSlots*time.Second {
+		if n := slotsWithin(sched, j.CatchupWindow, MaxCatchupSlots+1); n > MaxCatchupSlots {
+			add("catchup_window", "%v of %q holds more than %d slots, too many to record at start (each missed slot gets a record); shorten it",
+				j.CatchupWindow, j.Schedule, MaxCatchupSlots)
+		}
+	}
 	return errs
+}
+
+// slotsWithin counts the slots of sched in the longest window of length d
+// that it checks (the one ending now), up to limit.
+func slotsWithin(sched Schedule, d time.Duration, limit int) int {
+	if e, ok := sched.(everySchedule); ok {
+		n := int64(d / e.period) // at most this many in (now-d, now], plus one if d isn't a multiple
+		if d%e.period != 0 {
+			n++
+		}
+		return int(min(n, int64(limit)))
+	}
+	end := time.Now()
+	n := 0
+	for s := sched.Next(end.Add(-d)); !s.IsZero() && !s.After(end) && n < limit; s = sched.Next(s) {
+		n++
+	}
+	return n
 }
 
 // jobErrors formats a job's FieldErrors for New.
@@ -170,4 +214,18 @@ func jobErrors(j Job, errs []FieldError) error {
 		out = append(out, fmt.Errorf("job %q: %w", j.Name, e))
 	}
 	return errors.Join(out...)
+}
+
+// addSaturating returns a + b, or the longest (shortest) duration if the sum
+// is past it: a sum of durations from a config must not wrap around and
+// make a check pass.
+func addSaturating(a, b time.Duration) time.Duration {
+	switch s := a + b; {
+	case a > 0 && b > 0 && s < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && s >= 0:
+		return math.MinInt64
+	default:
+		return s
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/slotcron/slotcron/slot"
 )
 
 // Option configures New. An Option that gets a bad value makes New fail.
@@ -29,6 +31,8 @@ type config struct {
 	clockCheckEvery time.Duration
 	shutdownGrace   time.Duration
 	claimTimeout    time.Duration
+	heartbeatEvery  time.Duration
+	version         string
 	keyPrefix       string
 	jobs            []Job
 }
@@ -55,7 +59,9 @@ func defaultConfig() config {
 		clockCheckEvery: DefaultClockCheckEvery,
 		shutdownGrace:   DefaultShutdownGrace,
 		claimTimeout:    5 * time.Second,
-		keyPrefix:       "slotcron",
+		heartbeatEvery:  DefaultHeartbeatEvery,
+		version:         buildVersion(),
+		keyPrefix:       slot.DefaultKeyPrefix,
 	}
 }
 
@@ -135,8 +141,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // least 100ms.
 func WithLeaseTTL(ttl time.Duration) Option {
 	return func(c *config) error {
-		if ttl < minLeaseTTL {
-			return fmt.Errorf("scheduler: WithLeaseTTL: ttl must be at least %v, got %v", minLeaseTTL, ttl)
+		if ttl < MinLeaseTTL {
+			return fmt.Errorf("scheduler: WithLeaseTTL: ttl must be at least %v, got %v", MinLeaseTTL, ttl)
 		}
 		c.leaseTTL = ttl
 		return nil
@@ -193,8 +199,28 @@ func WithShutdownGrace(d time.Duration) Option {
 	}
 }
 
+// WithHeartbeatEvery sets how often the replica publishes itself in the
+// registry (its ID, version, clock offset and table) and compares its table
+// with its peers'. A replica not seen for three periods is no longer live.
+// Default 5s.
+func WithHeartbeatEvery(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("scheduler: WithHeartbeatEvery: must be > 0, got %v", d)
+		}
+		c.heartbeatEvery = d
+		return nil
+	}
+}
+
+// WithVersion sets the version the replica publishes. Default: the main
+// module's version and VCS revision, from the build info.
+func WithVersion(v string) Option {
+	return func(c *config) error { c.version = v; return nil }
+}
+
 // WithKeyPrefix names the deployment in trace IDs (prefix/job/slot), so that
-// it matches the Redis key prefix. Default "slotcron".
+// it matches the Redis key prefix. Default slot.DefaultKeyPrefix ("slotcron").
 func WithKeyPrefix(prefix string) Option {
 	return func(c *config) error {
 		if prefix == "" {

@@ -1,42 +1,51 @@
 package scheduler
 
 import (
+	"slices"
 	"time"
 
-	"github.com/slotcron/slotcron/locking"
+	"github.com/slotcron/slotcron/slot"
 )
 
-// maxPlanSlots bounds the slots one startup plan walks through.
-const maxPlanSlots = 100_000
+// MaxCatchupSlots is the most slots a job's catch-up window may hold: a
+// starting replica records every one that no replica ran, and New refuses a
+// window that could hold more (each record is a key in Redis for the
+// retention). @every 1s with a 48h window holds 172,800.
+const MaxCatchupSlots = 200_000
 
 // startupPlan is what a starting replica does with a job's slots before its
 // start: the slots that every replica missed while all were down.
 type startupPlan struct {
 	run   []time.Time // catch-up claims, oldest first; run one at a time
 	miss  []time.Time // recorded missed
-	check time.Time   // the latest recorded slot: settle it if its owner died
+	check []time.Time // slots recorded running, and the latest recorded one: settle each if its owner died
 	live  time.Time   // the first slot claimed live
 }
 
-// planStartup plans a job at start. last is the job's latest recorded slot
-// (zero when the job has none: a first deployment catches nothing up). The
+// planStartup plans a job at start, from what the store knows of it. The
 // slots in (start - maxSkew, start] are claimed live, because a replica whose
 // clock lags by up to maxSkew may be claiming them right now; older slots in
-// the catch-up window, after last, follow the catch-up policy.
-func planStartup(j Job, sched Schedule, last, start time.Time, maxSkew time.Duration) startupPlan {
+// the catch-up window, after the latest recorded one, follow the catch-up
+// policy (a first deployment, with no record, catches nothing up). Every slot
+// still recorded running is checked, and settled by the job's policy if its
+// owner is gone, however old; so is the latest recorded slot.
+func planStartup(j Job, sched Schedule, st slot.JobState, start time.Time, maxSkew time.Duration) startupPlan {
 	liveFrom := start.Add(-maxSkew)
-	p := startupPlan{live: sched.Next(liveFrom)}
+	p := startupPlan{live: sched.Next(liveFrom), check: st.Running}
+	last := st.Last
 	if last.IsZero() {
 		return p
 	}
 	from := start.Add(-j.CatchupWindow)
 	if last.After(from) {
 		from = last
-		p.check = last
+		if !slices.ContainsFunc(p.check, last.Equal) {
+			p.check = append(slices.Clone(p.check), last)
+		}
 	}
 	var past []time.Time
-	for s := sched.Next(from); !s.After(liveFrom) && len(past) < maxPlanSlots; s = sched.Next(s) {
-		past = append(past, s)
+	for s := sched.Next(from); !s.After(liveFrom) && !s.IsZero(); s = sched.Next(s) {
+		past = append(past, s) // at most MaxCatchupSlots: New checked the window
 	}
 	switch {
 	case len(past) == 0:
@@ -60,11 +69,11 @@ func missReason(c Catchup) string {
 }
 
 // claim returns the request for one slot of j.
-func claim(kind locking.ClaimKind, j Job, slot time.Time, replica string) locking.SlotClaim {
-	c := locking.SlotClaim{
+func claim(kind slot.Kind, j Job, at time.Time, replica string) slot.Claim {
+	c := slot.Claim{
 		Kind:         kind,
 		Job:          j.Name,
-		Slot:         slot,
+		Slot:         at,
 		Replica:      replica,
 		LeaseTTL:     j.LeaseTTL,
 		Retention:    j.Retention,
@@ -73,11 +82,11 @@ func claim(kind locking.ClaimKind, j Job, slot time.Time, replica string) lockin
 		MaxAttempts:  j.MaxAttempts,
 	}
 	switch kind {
-	case locking.ClaimLive:
+	case slot.ClaimLive:
 		// A slot may start until slot + misfire grace, judged on Redis's clock.
-		c.Deadline = slot.Add(j.MisfireGrace)
+		c.Deadline = at.Add(j.MisfireGrace)
 		c.Reason = "misfire"
-	case locking.ClaimMiss:
+	case slot.ClaimMiss:
 		c.Reason = missReason(j.Catchup)
 	}
 	return c

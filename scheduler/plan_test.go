@@ -3,13 +3,14 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/slotcron/slotcron/jobs"
-	"github.com/slotcron/slotcron/locking"
+	"github.com/slotcron/slotcron/slot"
 )
 
 func secs(base time.Time, offsets ...int) []time.Time {
@@ -33,31 +34,31 @@ func TestPlanStartup(t *testing.T) {
 		last      time.Time
 		maxSkew   time.Duration
 		run, miss []time.Time
-		check     time.Time
+		check     []time.Time
 		live      time.Time
 	}{
 		{"first deployment: nothing to catch up", job(CatchupAll, time.Hour), time.Time{}, 2 * time.Second,
-			nil, nil, time.Time{}, base.Add(10 * time.Second)},
+			nil, nil, nil, base.Add(10 * time.Second)},
 		{"none records every missed slot", job(CatchupNone, time.Hour), base.Add(-50 * time.Second), 2 * time.Second,
-			nil, secs(base, -40, -30, -20, -10, 0), base.Add(-50 * time.Second), base.Add(10 * time.Second)},
+			nil, secs(base, -40, -30, -20, -10, 0), secs(base, -50), base.Add(10 * time.Second)},
 		{"last runs the latest, records the rest", job(CatchupLast, time.Hour), base.Add(-50 * time.Second), 2 * time.Second,
-			secs(base, 0), secs(base, -40, -30, -20, -10), base.Add(-50 * time.Second), base.Add(10 * time.Second)},
+			secs(base, 0), secs(base, -40, -30, -20, -10), secs(base, -50), base.Add(10 * time.Second)},
 		{"all runs each, oldest first", job(CatchupAll, time.Hour), base.Add(-50 * time.Second), 2 * time.Second,
-			secs(base, -40, -30, -20, -10, 0), nil, base.Add(-50 * time.Second), base.Add(10 * time.Second)},
+			secs(base, -40, -30, -20, -10, 0), nil, secs(base, -50), base.Add(10 * time.Second)},
 		{"the window bounds how far back", job(CatchupAll, 25*time.Second), base.Add(-50 * time.Second), 2 * time.Second,
-			secs(base, -10, 0), nil, time.Time{}, base.Add(10 * time.Second)},
+			secs(base, -10, 0), nil, nil, base.Add(10 * time.Second)},
 		{"slots within max_skew of the start are live", job(CatchupLast, time.Hour), base.Add(-50 * time.Second), 6 * time.Second,
-			secs(base, -10), secs(base, -40, -30, -20), base.Add(-50 * time.Second), base},
+			secs(base, -10), secs(base, -40, -30, -20), secs(base, -50), base},
 		{"nothing missed", job(CatchupLast, time.Hour), base, 2 * time.Second,
-			nil, nil, base, base.Add(10 * time.Second)},
+			nil, nil, secs(base, 0), base.Add(10 * time.Second)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := planStartup(tt.job, every, tt.last, start, tt.maxSkew)
+			p := planStartup(tt.job, every, slot.JobState{Last: tt.last}, start, tt.maxSkew)
 			if !slices.EqualFunc(p.run, tt.run, time.Time.Equal) || !slices.EqualFunc(p.miss, tt.miss, time.Time.Equal) {
 				t.Fatalf("run %v miss %v\nwant run %v miss %v", p.run, p.miss, tt.run, tt.miss)
 			}
-			if !p.check.Equal(tt.check) || !p.live.Equal(tt.live) {
+			if !slices.EqualFunc(p.check, tt.check, time.Time.Equal) || !p.live.Equal(tt.live) {
 				t.Fatalf("check %v live %v, want %v %v", p.check, p.live, tt.check, tt.live)
 			}
 		})
@@ -65,24 +66,24 @@ func TestPlanStartup(t *testing.T) {
 }
 
 func TestClaimRequests(t *testing.T) {
-	slot := utc("2026-11-22T12:00:00Z")
+	at := utc("2026-11-22T12:00:00Z")
 	skip := Job{Name: "lottery", Schedule: "0 0 12 * * *"}.WithDefaults(15 * time.Second)
 	allow := Job{Name: "lottery", Schedule: "0 0 12 * * *", Overlap: OverlapAllow, MisfireGrace: 5 * time.Second,
 		OnOwnerLost: OwnerLostRetry, MaxAttempts: 4}.WithDefaults(15 * time.Second)
 
-	c := claim(locking.ClaimLive, skip, slot, "r1")
-	if !c.Deadline.Equal(slot.Add(time.Minute)) || c.AllowOverlap || c.Retry || c.LeaseTTL != 15*time.Second {
+	c := claim(slot.ClaimLive, skip, at, "r1")
+	if !c.Deadline.Equal(at.Add(time.Minute)) || c.AllowOverlap || c.Retry || c.LeaseTTL != 15*time.Second {
 		t.Fatalf("live claim with defaults: %+v", c)
 	}
 	// A slot older than its misfire grace is recorded missed, never started late.
-	c = claim(locking.ClaimLive, allow, slot, "r1")
-	if !c.Deadline.Equal(slot.Add(5*time.Second)) || !c.AllowOverlap || !c.Retry || c.MaxAttempts != 4 {
+	c = claim(slot.ClaimLive, allow, at, "r1")
+	if !c.Deadline.Equal(at.Add(5*time.Second)) || !c.AllowOverlap || !c.Retry || c.MaxAttempts != 4 {
 		t.Fatalf("live claim: %+v", c)
 	}
-	if m := claim(locking.ClaimMiss, skip, slot, "r1"); !strings.Contains(m.Reason, "catchup: last") {
+	if m := claim(slot.ClaimMiss, skip, at, "r1"); !strings.Contains(m.Reason, "catchup: last") {
 		t.Fatalf("miss reason %q", m.Reason)
 	}
-	if m := claim(locking.ClaimCatchup, skip, slot, "r1"); !m.Deadline.IsZero() {
+	if m := claim(slot.ClaimCatchup, skip, at, "r1"); !m.Deadline.IsZero() {
 		t.Fatalf("catch-up claims have no deadline: %+v", m)
 	}
 }
@@ -104,6 +105,11 @@ func TestJobValidation(t *testing.T) {
 		{"short lease", Job{Name: "j", Schedule: "@daily", LeaseTTL: 10 * time.Millisecond}, "lease_ttl", "at least 100ms"},
 		{"retention under grace", Job{Name: "j", Schedule: "@daily", Retention: 30 * time.Second}, "retention", "misfire_grace + max_skew"},
 		{"retention under window", Job{Name: "j", Schedule: "@daily", Retention: 30 * time.Minute}, "retention", "catchup_window + max_skew"},
+		{"a grace whose sum overflows", Job{Name: "j", Schedule: "@daily", MisfireGrace: math.MaxInt64}, "retention", "misfire_grace + max_skew"},
+		{"a window whose sum overflows", Job{Name: "j", Schedule: "@daily", CatchupWindow: math.MaxInt64 - time.Second, Retention: math.MaxInt64 - time.Second},
+			"retention", "catchup_window + max_skew"},
+		{"a window too large to record", Job{Name: "j", Schedule: "@every 1s", CatchupWindow: 72 * time.Hour, Retention: 73 * time.Hour},
+			"catchup_window", `72h0m0s of "@every 1s" holds more than 200000 slots`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,14 +173,21 @@ func TestRunTwice(t *testing.T) {
 type nopClaimer struct{}
 
 func (nopClaimer) Prepare(context.Context) error { return nil }
-func (nopClaimer) Claim(context.Context, []locking.SlotClaim) ([]locking.ClaimResult, error) {
+func (nopClaimer) Claim(context.Context, []slot.Claim) ([]slot.Result, error) {
 	return nil, errors.New("nop")
 }
-func (nopClaimer) Renew(_ context.Context, l []*locking.SlotLease) []error {
+func (nopClaimer) Renew(_ context.Context, l []slot.Lease) []error {
 	return make([]error, len(l))
 }
-func (nopClaimer) Finish(_ context.Context, r []locking.FinishRequest) []error {
+func (nopClaimer) Finish(_ context.Context, r []slot.FinishRequest) []error {
 	return make([]error, len(r))
 }
-func (nopClaimer) LastSlots(context.Context, []string) (map[string]time.Time, error) { return nil, nil }
-func (nopClaimer) Time(context.Context) (time.Time, error)                           { return time.Now(), nil }
+func (nopClaimer) Heartbeat(_ context.Context, me slot.Replica, _ time.Duration) (slot.Registry, error) {
+	return slot.Registry{Now: time.Now(), Replicas: []slot.Replica{me}}, nil
+}
+func (nopClaimer) JobStates(context.Context, []string) (map[string]slot.JobState, error) {
+	return nil, nil
+}
+func (nopClaimer) Probe(context.Context) (slot.Probe, error) {
+	return slot.Probe{Now: time.Now(), Epoch: "nop"}, nil
+}

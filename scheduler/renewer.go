@@ -6,26 +6,23 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/slotcron/slotcron/locking"
+	"github.com/slotcron/slotcron/slot"
 )
 
 // renewer renews every lease the replica holds in one round trip per period.
-// Renewals run on the machine's clock whatever Clock the scheduler has: lease
-// TTLs run in Redis, in real time.
+// Its timer runs on the machine's clock whatever Clock the scheduler has:
+// lease TTLs run in Redis, in real time. One mutex guards its leases.
 type renewer struct {
 	s      *Scheduler
 	period time.Duration
 
 	mu     sync.Mutex
-	leases map[*locking.SlotLease]*held
+	leases map[slot.Lease]*held
 }
 
-// held is a lease being renewed: the run span's context gets its events.
+// held is a lease being renewed, with the trace its events go to.
 type held struct {
-	ctx      context.Context
+	trace    *slotTrace
 	renewals int
 }
 
@@ -33,21 +30,21 @@ func newRenewer(s *Scheduler) *renewer {
 	period := s.cfg.renewEvery
 	if period == 0 {
 		for _, j := range s.jobs {
-			if p := j.LeaseTTL / 3; period == 0 || p < period {
+			if p := DefaultRenewEvery(j.LeaseTTL); period == 0 || p < period {
 				period = p
 			}
 		}
 	}
-	return &renewer{s: s, period: period, leases: map[*locking.SlotLease]*held{}}
+	return &renewer{s: s, period: period, leases: map[slot.Lease]*held{}}
 }
 
-func (rn *renewer) add(l *locking.SlotLease, runCtx context.Context) {
+func (rn *renewer) add(l slot.Lease, st *slotTrace) {
 	rn.mu.Lock()
-	rn.leases[l] = &held{ctx: runCtx}
+	rn.leases[l] = &held{trace: st}
 	rn.mu.Unlock()
 }
 
-func (rn *renewer) remove(l *locking.SlotLease) {
+func (rn *renewer) remove(l slot.Lease) {
 	rn.mu.Lock()
 	delete(rn.leases, l)
 	rn.mu.Unlock()
@@ -75,7 +72,7 @@ func (rn *renewer) loop(ctx context.Context) {
 // renewAll renews every lease once; false when some renewal got no answer.
 func (rn *renewer) renewAll(ctx context.Context) bool {
 	rn.mu.Lock()
-	leases := make([]*locking.SlotLease, 0, len(rn.leases))
+	leases := make([]slot.Lease, 0, len(rn.leases))
 	hs := make([]*held, 0, len(rn.leases))
 	for l, h := range rn.leases {
 		leases = append(leases, l)
@@ -97,14 +94,19 @@ func (rn *renewer) renewAll(ctx context.Context) bool {
 			hs[i].renewals++
 			n := hs[i].renewals
 			rn.mu.Unlock()
-			rn.s.tel.renewed(hs[i].ctx, l, n)
-		case errors.Is(err, locking.ErrLeaseLost):
+			rn.s.tel.renewal("renewed")
+			hs[i].trace.renewed(l, n)
+		case errors.Is(err, slot.ErrLeaseLost):
 			rn.remove(l) // the run records the loss itself
 			rn.s.tel.renewal("lost")
+			if errors.Is(err, slot.ErrDataLoss) {
+				rn.s.dataLoss("a running slot's record is gone", "slotcron.job", l.Job(),
+					"slotcron.slot", l.Slot().UTC().Format(time.RFC3339))
+			}
 		default:
 			ok = false
 			rn.s.tel.renewal("failed")
-			trace.SpanFromContext(hs[i].ctx).AddEvent("lease.renew_failed", trace.WithAttributes(attribute.String("error", err.Error())))
+			hs[i].trace.renewFailed(err)
 			rn.s.log.Warn("lease renewal failed; retrying until its TTL would run out", "slotcron.job", l.Job(),
 				"slotcron.slot", l.Slot().UTC().Format(time.RFC3339), "error", err, "valid_until", l.Deadline().Format(time.RFC3339Nano))
 		}

@@ -122,6 +122,9 @@ func TestScheduleErrors(t *testing.T) {
 		"CRON_TZ=UTC @every 5s":       "a time zone does not apply",
 		"0 0 30 2 *":                  "never fires",
 		"@fortnightly":                "unrecognized descriptor",
+		"CRON_TZ=Local 0 9 * * *":     "CRON_TZ=Local is each machine's own zone",
+		"TZ=Local 0 9 * * *":          "TZ=Local is each machine's own zone",
+		"CRON_TZ=Local @daily":        "CRON_TZ=Local is each machine's own zone",
 	}
 	for spec, want := range tests {
 		_, err := ParseSchedule(spec)

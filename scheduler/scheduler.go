@@ -10,24 +10,28 @@ import (
 	"time"
 
 	"github.com/slotcron/slotcron/jobs"
-	"github.com/slotcron/slotcron/locking"
+	"github.com/slotcron/slotcron/slot"
 )
 
-// Claimer is the slot protocol, as the scheduler uses it. *locking.Slots
+// Claimer is the slot protocol, as the scheduler uses it. *slotstore.Store
 // satisfies it; a wrapper can add instrumentation or inject faults.
 type Claimer interface {
 	// Prepare readies the protocol (loads scripts); called once per Run.
 	Prepare(ctx context.Context) error
 	// Claim sends a batch of claims in one round trip.
-	Claim(ctx context.Context, claims []locking.SlotClaim) ([]locking.ClaimResult, error)
+	Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error)
 	// Renew renews leases in one round trip; one error per lease.
-	Renew(ctx context.Context, leases []*locking.SlotLease) []error
+	Renew(ctx context.Context, leases []slot.Lease) []error
 	// Finish records runs' final states in one round trip; one error per run.
-	Finish(ctx context.Context, reqs []locking.FinishRequest) []error
-	// LastSlots returns each job's latest recorded slot.
-	LastSlots(ctx context.Context, jobs []string) (map[string]time.Time, error)
-	// Time returns Redis's clock.
-	Time(ctx context.Context) (time.Time, error)
+	Finish(ctx context.Context, reqs []slot.FinishRequest) []error
+	// JobStates returns each job's latest recorded slot and running slots.
+	JobStates(ctx context.Context, jobs []string) (map[string]slot.JobState, error)
+	// Probe returns Redis's clock and the deployment's epoch.
+	Probe(ctx context.Context) (slot.Probe, error)
+	// Heartbeat publishes this replica and returns the live replicas (and
+	// other deployments); an error wrapping slot.ErrDuplicateReplica when
+	// another live process has its ID.
+	Heartbeat(ctx context.Context, me slot.Replica, stale time.Duration) (slot.Registry, error)
 }
 
 // Scheduler runs a cron table on one replica. Run it on every replica with the
@@ -43,6 +47,16 @@ type Scheduler struct {
 	offsetMu sync.Mutex
 	offset   time.Duration // the last measured offset of Redis's clock from ours
 	measured bool
+	epoch    string // the deployment's epoch, as last probed
+	// probedWall and probedMono are this replica's clock (wall reading) and
+	// real time (monotonic) at the last probe, to notice a clock step.
+	probedWall, probedMono time.Time
+
+	probeNow chan struct{} // 1-buffered: "probe now", to the clock loop
+
+	instance string    // random per New: tells this process from another with its ID
+	started0 time.Time // when Run started
+	peers    peerView
 }
 
 // jobState is a job of the table, ready to run.
@@ -67,7 +81,7 @@ func New(claimer Claimer, registry *jobs.Registry, opts ...Option) (*Scheduler, 
 			errs = append(errs, err)
 		}
 	}
-	s := &Scheduler{cfg: cfg, claimer: claimer, log: cfg.logger}
+	s := &Scheduler{cfg: cfg, claimer: claimer, log: cfg.logger, probeNow: make(chan struct{}, 1), instance: newTokenBase()[:12]}
 	seen := map[string]bool{}
 	for _, j := range cfg.jobs {
 		j = j.WithDefaults(cfg.leaseTTL)
@@ -85,11 +99,13 @@ func New(claimer Claimer, registry *jobs.Registry, opts ...Option) (*Scheduler, 
 			errs = append(errs, fmt.Errorf("job %q: no Func is registered under this name; registered: %v", j.Name, registry.Names()))
 			continue
 		}
-		if cfg.renewEvery > 0 && cfg.renewEvery > j.LeaseTTL/2 {
-			errs = append(errs, fmt.Errorf("job %q: renew every %v is more than half its lease TTL %v", j.Name, cfg.renewEvery, j.LeaseTTL))
+		if cfg.renewEvery > 0 {
+			if err := CheckRenewEvery(cfg.renewEvery, j.LeaseTTL); err != nil {
+				errs = append(errs, fmt.Errorf("job %q: renew every: %w", j.Name, err))
+			}
 		}
 		sched, _ := ParseSchedule(j.Schedule) // Validate parsed it
-		s.jobs = append(s.jobs, &jobState{Job: j, sched: sched, fn: fn})
+		s.jobs = append(s.jobs, &jobState{Job: j, sched: sched, fn: wrap(fn, j)})
 	}
 	if len(cfg.jobs) == 0 {
 		errs = append(errs, errors.New("no jobs: give the cron table with WithJobs"))
@@ -121,13 +137,27 @@ func (s *Scheduler) Offset() (time.Duration, bool) {
 // claiming at once, lets running jobs go on for the shutdown grace, then
 // cancels their contexts (cause ErrShutdown) and records their outcome.
 // Redis being unreachable is not an error: the replica logs, retries and
-// records what it could not do once Redis is back. Run may be called once.
+// records what it could not do once Redis is back. Run returns an error
+// wrapping slot.ErrDuplicateReplica, before it claims anything, when another
+// live process uses its replica ID (it waits three heartbeats first, in case
+// that process is its own crashed predecessor). Run may be called once.
 func (s *Scheduler) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
+	s.started0 = s.cfg.clock.Now()
 	r := newRunner(s)
 	return r.run(ctx)
+}
+
+// wrap is how the scheduler runs a job's Func: a panic fails the run with its
+// stack (jobs.Recover), and the job's timeout ends its context with cause
+// jobs.ErrTimeout (jobs.Timeout).
+func wrap(fn jobs.Func, j Job) jobs.Func {
+	if j.Timeout > 0 {
+		return jobs.Chain(jobs.Recover(), jobs.Timeout(j.Timeout))(fn)
+	}
+	return jobs.Recover()(fn)
 }
 
 // jobNames returns the names of the table's jobs.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -44,8 +45,9 @@ func (t *switchingTracer) Start(ctx context.Context, name string, opts ...trace.
 // With no SDK, the scheduler skips the spans of a batch that would all be
 // no-ops; an SDK installed while it runs gets every slot's spans from the
 // next tick on.
-func TestSpansOnceAProviderRecords(t *testing.T) {
-	e := newEnv(t)
+func TestSpansOnceAProviderRecords(t *testing.T) { bubble(t, testSpansOnceAProviderRecords) }
+
+func testSpansOnceAProviderRecords(t *testing.T, e *harness) {
 	spans := tracetest.NewSpanRecorder()
 	tp := &switchingProvider{sdk: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))}
 	names := []string{"a", "b", "c"}
@@ -56,7 +58,7 @@ func TestSpansOnceAProviderRecords(t *testing.T) {
 		fns[n] = func(context.Context, jobs.Run) error { return nil }
 	}
 	first := nextSecond(500 * time.Millisecond)
-	e.start("r1", "", registry(t, fns), table, scheduler.WithTracerProvider(tp))
+	e.start("r1", registry(t, fns), table, scheduler.WithTracerProvider(tp))
 	sleepUntil(first.Add(1500 * time.Millisecond)) // two ticks without an SDK
 	if n := len(spans.Ended()); n != 0 {
 		t.Fatalf("%d spans ended before an SDK was installed", n)
@@ -74,15 +76,14 @@ func TestSpansOnceAProviderRecords(t *testing.T) {
 		}
 		return c
 	}
-	waitFor(t, 5*time.Second, "no whole slots traced after the SDK was installed", func() bool {
-		c := count()
-		for _, k := range kinds {
-			if c[k] < want {
-				return false
-			}
+	time.Sleep(2 * time.Second) // two ticks with the SDK
+	synctest.Wait()
+	c := count()
+	for _, k := range kinds {
+		if c[k] < want {
+			t.Fatalf("%d %s spans after two ticks with an SDK, want %d: %v", c[k], k, want, c)
 		}
-		return true
-	})
+	}
 	for _, s := range spans.Ended() {
 		if s.Name() != "slot" {
 			continue

@@ -1,20 +1,16 @@
 package worker
 
 import (
-	"bytes"
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"reflect"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
 )
 
 // Config is the worker's YAML configuration. config.example.yaml documents
@@ -40,6 +36,9 @@ type RedisConfig struct {
 	DB         int       `yaml:"db"`
 	TLS        TLSConfig `yaml:"tls"`
 	KeyPrefix  string    `yaml:"key_prefix"`
+	// WaitReplicas and WaitTimeout: see slotstore.WithWaitReplicas.
+	WaitReplicas int           `yaml:"wait_replicas"`
+	WaitTimeout  time.Duration `yaml:"wait_timeout"`
 }
 
 // TLSConfig turns TLS on for Redis.
@@ -68,8 +67,11 @@ type HTTPConfig struct {
 
 // TracingConfig sets where traces go.
 type TracingConfig struct {
-	Exporter    string  `yaml:"exporter"` // otlp-grpc, otlp-http, stdout or none
-	Endpoint    string  `yaml:"endpoint"`
+	Exporter string `yaml:"exporter"` // otlp-grpc, otlp-http, stdout or none
+	Endpoint string `yaml:"endpoint"`
+	// Insecure allows traces in plaintext to an endpoint that is not
+	// loopback; see checkEndpoint.
+	Insecure    bool    `yaml:"insecure"`
 	SampleRatio float64 `yaml:"sample_ratio"`
 	ServiceName string  `yaml:"service_name"`
 }
@@ -109,17 +111,34 @@ const (
 
 // LoadFile reads and validates a config file; see Load.
 func LoadFile(path string, registered []string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Load(path, data, registered)
+}
+
+// readConfigFile returns the file at path, or its first maxFileSize+1
+// bytes: enough for load to refuse it, whatever its size.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	return Load(path, data, registered)
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return data, nil
 }
 
 // Load parses data (read from file, which names it in errors) strictly and
 // validates it. registered are the job names that have a Func. It returns
 // every problem at once, as Errors, each with its line and field path, e.g.
-// "config.yaml:14: jobs[1].schedule: expected 5 or 6 fields, found 4".
+// "config.yaml:14: jobs[1].schedule: expected 5 or 6 fields, found 4"; past
+// 50 problems, one more line counts the rest. A file over 1 MiB, or that is
+// not UTF-8 text, is one problem.
 func Load(file string, data []byte, registered []string) (*Config, error) {
 	cfg, d, _ := load(file, data)
 	cfg.checkRegistered(d, registered)
@@ -132,44 +151,32 @@ func Load(file string, data []byte, registered []string) (*Config, error) {
 
 // load parses and validates everything but job registration. It returns the
 // config as far as it could read it, and the decoder that holds the errors
-// and the lines of the fields.
+// and the lines of the fields. A file that can't be read as a config gives
+// the defaults (callers build a Redis client from it before they report).
 func load(file string, data []byte) (*Config, *decoder, Errors) {
 	d := &decoder{file: file, lines: map[string]int{}}
 	fail := func(e *Error) (*Config, *decoder, Errors) {
+		d.summarize()
 		d.errs, d.broken = append(d.errs, e), true
-		return &Config{}, d, d.errs
+		var cfg Config
+		cfg.defaults(d)
+		return &cfg, d, d.errs
 	}
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		line, msg := 1, strings.TrimPrefix(err.Error(), "yaml: ")
-		if rest, ok := strings.CutPrefix(msg, "line "); ok {
-			if num, after, ok := strings.Cut(rest, ": "); ok {
-				if n, err := strconv.Atoi(num); err == nil {
-					line, msg = n, after
-				}
-			}
-		}
-		if msg == "EOF" {
-			msg = "the file is empty"
-		}
-		return fail(&Error{File: file, Line: line, Path: "config", Msg: msg})
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return fail(&Error{File: file, Line: extra.Line, Path: "config", Msg: "a second YAML document; the file must hold one"})
-	}
-	var cfg Config
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
+	root, line, problem := parse(data)
+	if root == nil {
+		return fail(&Error{File: file, Line: line, Path: "config", Msg: problem})
 	}
 	if root.Kind != yaml.MappingNode {
 		return fail(&Error{File: file, Line: root.Line, Path: "config", Msg: "want a mapping of fields, found a " + kind(root)})
 	}
+	var cfg Config
 	d.decode(root, "", reflect.ValueOf(&cfg).Elem())
+	if d.tooMany != nil {
+		return fail(d.tooMany)
+	}
 	cfg.defaults(d)
 	cfg.validate(d)
+	d.summarize()
 	return &cfg, d, d.errs
 }
 
@@ -190,13 +197,16 @@ func (c *Config) defaults(d *decoder) {
 		c.Redis.Password = pw
 	}
 	if c.Redis.KeyPrefix == "" {
-		c.Redis.KeyPrefix = "slotcron"
+		c.Redis.KeyPrefix = slot.DefaultKeyPrefix
+	}
+	if c.Redis.WaitTimeout == 0 {
+		c.Redis.WaitTimeout = 100 * time.Millisecond
 	}
 	if c.Lease.TTL == 0 {
 		c.Lease.TTL = scheduler.DefaultLeaseTTL
 	}
 	if c.Lease.RenewEvery == 0 {
-		c.Lease.RenewEvery = c.Lease.TTL / 3
+		c.Lease.RenewEvery = scheduler.DefaultRenewEvery(c.Lease.TTL)
 	}
 	if c.Clock.WarnSkew == 0 {
 		c.Clock.WarnSkew = scheduler.DefaultWarnSkew
@@ -226,122 +236,6 @@ func (c *Config) defaults(d *decoder) {
 	}
 	if !d.set("shutdown_grace") {
 		c.ShutdownGrace = scheduler.DefaultShutdownGrace
-	}
-}
-
-func (c *Config) validate(d *decoder) {
-	bad := func(path, format string, args ...any) {
-		d.errorf(d.lineOf(path), path, format, args...)
-	}
-	r := c.Redis
-	switch r.Mode {
-	case ModeSingle:
-		if len(r.Addrs) != 1 {
-			bad("redis.addrs", "mode single takes one address, found %d", len(r.Addrs))
-		}
-	case ModeSentinel:
-		if len(r.Addrs) == 0 {
-			bad("redis.addrs", "mode sentinel needs the sentinels' addresses")
-		}
-		if r.MasterName == "" {
-			bad("redis.master_name", "mode sentinel needs the master's name")
-		}
-	case ModeCluster:
-		if len(r.Addrs) == 0 {
-			bad("redis.addrs", "mode cluster needs at least one node's address")
-		}
-		if r.DB != 0 {
-			bad("redis.db", "Redis Cluster has only database 0")
-		}
-	case ModeEmbedded:
-		if len(r.Addrs) > 0 {
-			bad("redis.addrs", "mode embedded runs its own in-process Redis; remove the addresses")
-		}
-	default:
-		bad("redis.mode", "must be single, sentinel, cluster or embedded, got %q", r.Mode)
-	}
-	for i, a := range r.Addrs {
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			bad(fmt.Sprintf("redis.addrs[%d]", i), "%q is not host:port", a)
-		}
-	}
-	if r.DB < 0 {
-		bad("redis.db", "must be >= 0, got %d", r.DB)
-	}
-	if r.TLS.CAFile != "" {
-		if _, err := os.Stat(r.TLS.CAFile); err != nil {
-			bad("redis.tls.ca_file", "%v", err)
-		}
-		if !r.TLS.Enabled {
-			bad("redis.tls.ca_file", "set, but tls.enabled is false")
-		}
-	}
-	if strings.ContainsAny(r.KeyPrefix, "{} ") {
-		bad("redis.key_prefix", "%q must be free of '{', '}' and spaces", r.KeyPrefix)
-	}
-	if c.Lease.TTL < 100*time.Millisecond {
-		bad("lease.ttl", "must be at least 100ms, got %v", c.Lease.TTL)
-	}
-	if c.Lease.RenewEvery <= 0 || c.Lease.RenewEvery > c.Lease.TTL/2 {
-		bad("lease.renew_every", "must be > 0 and at most half of lease.ttl (%v), got %v", c.Lease.TTL, c.Lease.RenewEvery)
-	}
-	if c.Clock.WarnSkew <= 0 {
-		bad("clock.warn_skew", "must be > 0, got %v", c.Clock.WarnSkew)
-	}
-	if c.Clock.MaxSkew < c.Clock.WarnSkew {
-		bad("clock.max_skew", "must be >= clock.warn_skew (%v), got %v", c.Clock.WarnSkew, c.Clock.MaxSkew)
-	}
-	if c.HTTP.Listen != "" {
-		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
-			bad("http.listen", "%q is not host:port (use :8080 for every interface, \"\" for no HTTP)", c.HTTP.Listen)
-		}
-	}
-	switch c.Tracing.Exporter {
-	case ExporterOTLPGRPC, ExporterOTLPHTTP, ExporterStdout, ExporterNone:
-	default:
-		bad("tracing.exporter", "must be otlp-grpc, otlp-http, stdout or none, got %q", c.Tracing.Exporter)
-	}
-	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 {
-		bad("tracing.sample_ratio", "must be within [0, 1], got %v", c.Tracing.SampleRatio)
-	}
-	if c.ShutdownGrace < 0 {
-		bad("shutdown_grace", "must be >= 0, got %v", c.ShutdownGrace)
-	}
-	seen := map[string]int{}
-	for i, jc := range c.Jobs {
-		p := fmt.Sprintf("jobs[%d]", i)
-		j := jc.schedulerJob().WithDefaults(c.Lease.TTL)
-		for _, fe := range j.Validate(c.Clock.MaxSkew) {
-			if fe.Field == "lease_ttl" {
-				continue // reported on lease.ttl
-			}
-			bad(p+"."+fe.Field, "%v", fe.Err)
-		}
-		if first, ok := seen[jc.Name]; ok && jc.Name != "" {
-			bad(p+".name", "%q is listed twice (also jobs[%d])", jc.Name, first)
-		}
-		seen[jc.Name] = i
-	}
-}
-
-// checkRegistered reports the jobs of the table that no Func is registered
-// under, and an empty table, naming the registered jobs.
-func (c *Config) checkRegistered(d *decoder, registered []string) {
-	if d.broken {
-		return
-	}
-	names := strings.Join(registered, ", ")
-	if len(registered) == 0 {
-		names = "none"
-	}
-	if len(c.Jobs) == 0 {
-		d.errorf(d.lineOf("jobs"), "jobs", "the cron table is empty; registered jobs: %s", names)
-	}
-	for i, jc := range c.Jobs {
-		if jc.Name != "" && jobs.ValidateName(jc.Name) == nil && !slices.Contains(registered, jc.Name) {
-			p := fmt.Sprintf("jobs[%d].name", i)
-			d.errorf(d.lineOf(p), p, "no job %q is registered; registered: %s", jc.Name, names)
-		}
 	}
 }
 

@@ -21,7 +21,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Config{
 		ReplicaID:     cfg.ReplicaID,
-		Redis:         RedisConfig{Mode: "single", Addrs: []string{"127.0.0.1:6379"}, KeyPrefix: "slotcron"},
+		Redis:         RedisConfig{Mode: "single", Addrs: []string{"127.0.0.1:6379"}, KeyPrefix: "slotcron", WaitTimeout: 100 * time.Millisecond},
 		Lease:         LeaseConfig{TTL: 15 * time.Second, RenewEvery: 5 * time.Second},
 		Clock:         ClockConfig{WarnSkew: 250 * time.Millisecond, MaxSkew: 2 * time.Second},
 		HTTP:          HTTPConfig{Listen: ":8080"},
@@ -58,6 +58,32 @@ func TestPasswordFromEnvironment(t *testing.T) {
 	}
 }
 
+// TestTracingEndpoints: plaintext to this machine needs nothing, to any
+// other host tracing.insecure: true; https:// needs neither.
+func TestTracingEndpoints(t *testing.T) {
+	for _, tracing := range []string{
+		"exporter: otlp-grpc",
+		"exporter: otlp-grpc\n  endpoint: localhost:4317",
+		"exporter: otlp-grpc\n  endpoint: 127.0.0.2:4317",
+		"exporter: otlp-grpc\n  endpoint: \"[::1]:4317\"",
+		"exporter: otlp-http\n  endpoint: http://LOCALHOST:4318/v1/traces",
+		"exporter: otlp-http\n  endpoint: https://collector.example:4318",
+		"exporter: otlp-grpc\n  endpoint: https://collector.example",
+		"exporter: otlp-grpc\n  endpoint: collector:4317\n  insecure: true",
+		"exporter: otlp-http\n  endpoint: http://10.0.0.7:4318\n  insecure: true",
+		"exporter: stdout\n  endpoint: collector:4317",
+	} {
+		cfg, err := Load("config.yaml", []byte("tracing:\n  "+tracing+"\n"+minimal), registered)
+		if err != nil {
+			t.Errorf("%q: %v", tracing, err)
+			continue
+		}
+		if want := strings.Contains(tracing, "insecure: true"); cfg.Tracing.Insecure != want {
+			t.Errorf("%q: insecure %v", tracing, cfg.Tracing.Insecure)
+		}
+	}
+}
+
 func TestExampleConfigLoads(t *testing.T) {
 	cfg, err := LoadFile(filepath.Join("..", "config.example.yaml"), registered)
 	if err != nil {
@@ -82,6 +108,9 @@ func TestValidationMessages(t *testing.T) {
 		{"two documents", minimal + "---\njobs: []\n", []string{`config.yaml:4: config: a second YAML document; the file must hold one`}},
 		{"not a mapping", "- a\n", []string{`config.yaml:1: config: want a mapping of fields, found a list`}},
 		{"unknown field", "replicas: 3\n" + minimal, []string{`config.yaml:1: replicas: unknown field; config has replica_id, redis, lease, clock, http, tracing, shutdown_grace, jobs`}},
+		{"unknown field with a space", "' 0': 1\n" + minimal, []string{`config.yaml:1: " 0": unknown field; config has replica_id, redis, lease, clock, http, tracing, shutdown_grace, jobs`}},
+		{"unknown field with a line break", "lease:\n  \"t\\nl\": 5s\n" + minimal, []string{`config.yaml:2: lease."t\nl": unknown field; lease has ttl, renew_every`}},
+		{"a list for a field name", "lease:\n  ? [ttl]\n  : 5s\n" + minimal, []string{`config.yaml:2: lease: want a field name, found a list`}},
 		{"unknown nested field", "lease:\n  tll: 5s\n" + minimal, []string{`config.yaml:2: lease.tll: unknown field; lease has ttl, renew_every`}},
 		{"set twice", "shutdown_grace: 1s\nshutdown_grace: 2s\n" + minimal, []string{`config.yaml:2: shutdown_grace: set twice (first on line 1)`}},
 		{"a string for a list", "redis:\n  addrs: 127.0.0.1:6379\n" + minimal, []string{`config.yaml:2: redis.addrs: want a list, found a str ("127.0.0.1:6379")`}},
@@ -102,7 +131,7 @@ func TestValidationMessages(t *testing.T) {
 		{"missing ca file", "redis:\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n" + minimal, []string{`config.yaml:4: redis.tls.ca_file: stat /nonexistent/ca.pem: no such file or directory`}},
 		{"prefix with a brace", "redis:\n  key_prefix: \"a{b\"\n" + minimal, []string{`config.yaml:2: redis.key_prefix: "a{b" must be free of '{', '}' and spaces`}},
 		{"short lease", "lease:\n  ttl: 50ms\n" + minimal, []string{`config.yaml:2: lease.ttl: must be at least 100ms, got 50ms`}},
-		{"slow renewals", "lease:\n  ttl: 6s\n  renew_every: 4s\n" + minimal, []string{`config.yaml:3: lease.renew_every: must be > 0 and at most half of lease.ttl (6s), got 4s`}},
+		{"slow renewals", "lease:\n  ttl: 6s\n  renew_every: 4s\n" + minimal, []string{`config.yaml:3: lease.renew_every: must be > 0 and at most half of the lease TTL (6s), got 4s`}},
 		{"negative warn skew", "clock:\n  warn_skew: -1s\n" + minimal, []string{`config.yaml:2: clock.warn_skew: must be > 0, got -1s`}},
 		{"max under warn", "clock:\n  warn_skew: 1s\n  max_skew: 500ms\n" + minimal, []string{`config.yaml:3: clock.max_skew: must be >= clock.warn_skew (1s), got 500ms`}},
 		{"bad listen", "http:\n  listen: \"8080\"\n" + minimal, []string{`config.yaml:2: http.listen: "8080" is not host:port (use :8080 for every interface, "" for no HTTP)`}},
@@ -126,6 +155,19 @@ func TestValidationMessages(t *testing.T) {
 		{"negative attempts", minimal + "    on_owner_lost: retry\n    max_attempts: -1\n", []string{`config.yaml:5: jobs[0].max_attempts: must be >= 1, got -1`}},
 		{"retention under grace", minimal + "    retention: 30s\n", []string{`config.yaml:4: jobs[0].retention: 30s is shorter than misfire_grace + max_skew (1m0s + 2s)`}},
 		{"retention under window", minimal + "    retention: 30m\n", []string{`config.yaml:4: jobs[0].retention: 30m0s is shorter than catchup_window + max_skew (1h0m0s + 2s)`}},
+		// Sums past the longest duration wrap negative unless they saturate.
+		{"grace that overflows", minimal + "    misfire_grace: 2562047h47m16s\n", []string{`config.yaml:2: jobs[0].retention: 24h0m0s is shorter than misfire_grace + max_skew (2562047h47m16s + 2s)`}},
+		{"window that overflows", "jobs:\n  - name: lottery\n    schedule: \"@daily\"\n    catchup_window: 2562047h47m16s\n    retention: 2562047h47m16s\n", []string{`config.yaml:5: jobs[0].retention: 2562047h47m16s is shorter than catchup_window + max_skew (2562047h47m16s + 2s)`}},
+		{"skew that overflows", "clock:\n  max_skew: 2562047h47m\n" + minimal, []string{`config.yaml:4: jobs[0].retention: 24h0m0s is shorter than misfire_grace + max_skew (1m0s + 2562047h47m0s)`}},
+		// Settings that would mean something other than what they say.
+		{"skip verify without tls", "redis:\n  tls:\n    insecure_skip_verify: true\n" + minimal, []string{`config.yaml:3: redis.tls.insecure_skip_verify: true, but tls.enabled is false`}},
+		{"plaintext traces to a remote host", "tracing:\n  exporter: otlp-grpc\n  endpoint: collector:4317\n" + minimal, []string{`config.yaml:3: tracing.endpoint: "collector:4317" is not loopback, and traces would go to it in plaintext; write https://collector:4317 for TLS, or set tracing.insecure: true`}},
+		{"plaintext URL to a remote host", "tracing:\n  exporter: otlp-http\n  endpoint: http://10.0.0.7:4318/v1/traces\n" + minimal, []string{`config.yaml:3: tracing.endpoint: "http://10.0.0.7:4318/v1/traces" is not loopback, and traces would go to it in plaintext; write https://10.0.0.7:4318/v1/traces for TLS, or set tracing.insecure: true`}},
+		{"insecure with https", "tracing:\n  exporter: otlp-http\n  endpoint: https://collector:4318\n  insecure: true\n" + minimal, []string{`config.yaml:4: tracing.insecure: true, but tracing.endpoint is https://`}},
+		{"endpoint without port", "tracing:\n  exporter: otlp-grpc\n  endpoint: collector\n" + minimal, []string{`config.yaml:3: tracing.endpoint: "collector" is not host:port, http://host:port or https://host:port`}},
+		{"endpoint with another scheme", "tracing:\n  exporter: otlp-http\n  endpoint: HTTPS://collector:4318\n" + minimal, []string{`config.yaml:3: tracing.endpoint: "HTTPS://collector:4318" is not host:port, http://host:port or https://host:port`}},
+		// One problem, one error: nothing derived from a bad value.
+		{"negative lease", "lease:\n  ttl: -5s\n" + minimal, []string{`config.yaml:2: lease.ttl: must be at least 100ms, got -5s`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,7 +199,7 @@ jobs:
     overlap: queue
 `
 	_, err := Load("config.yaml", []byte(yaml), registered)
-	want := `config.yaml:3: redis.adrs: unknown field; redis has mode, addrs, master_name, username, password, db, tls, key_prefix
+	want := `config.yaml:3: redis.adrs: unknown field; redis has mode, addrs, master_name, username, password, db, tls, key_prefix, wait_replicas, wait_timeout
 config.yaml:5: lease.ttl: "fifteen" is not a duration; write it as 500ms, 15s or 1h
 config.yaml:7: jobs[0].name: no job "lotery" is registered; registered: lottery, report
 config.yaml:8: jobs[0].schedule: expected 5 or 6 fields, found 4
@@ -170,11 +212,16 @@ config.yaml:12: jobs[1].overlap: must be "skip" or "allow", got "queue"`
 
 var errorLine = regexp.MustCompile(`^config\.yaml:[1-9][0-9]*: \S`)
 
-// FuzzConfig: Load never panics, and every error it returns names a line.
+// FuzzConfig: Load never panics, every error it returns names a line, and
+// it lists at most maxErrors and a count of the rest.
 func FuzzConfig(f *testing.F) {
 	example, _ := os.ReadFile(filepath.Join("..", "config.example.yaml"))
 	for _, seed := range []string{"", minimal, string(example), "jobs: [\n", "- a\n", "a: &x [*x]\n",
-		"redis:\n  addrs: {a: b}\n", "jobs:\n  - 3\n", "lease: 5\n", "jobs:\n  - name: lottery\n    schedule: \"CRON_TZ=X 0 0 * * *\"\n"} {
+		"redis:\n  addrs: {a: b}\n", "jobs:\n  - 3\n", "lease: 5\n", "jobs:\n  - name: lottery\n    schedule: \"CRON_TZ=X 0 0 * * *\"\n",
+		"redis:\n  mode: \"single\n" + minimal, "lease:\n\tttl: 5s\n", "\x1f\x8b\x08\x00", "\xff\xfej\x00:\x00", minimal + "---\nx: [\n",
+		minimal + "    misfire_grace: 2562047h47m16s\n", "lease:\n  ttl: -5s\n" + minimal,
+		"tracing:\n  exporter: otlp-http\n  endpoint: http://[::1]:4318\n  insecure: true\n" + minimal,
+		"x: &a {a: 1, b: 2}\njobs: [*a, *a, *a]\n"} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -186,9 +233,15 @@ func FuzzConfig(f *testing.F) {
 		if !errors.As(err, &errs) || len(errs) == 0 {
 			t.Fatalf("Load returned %T %v, want Errors", err, err)
 		}
+		if len(errs) > maxErrors+2 { // the count, and an alias expansion
+			t.Fatalf("%d errors listed", len(errs))
+		}
 		for _, e := range errs {
 			if e.Line < 1 || !errorLine.MatchString(e.Error()) {
 				t.Fatalf("error without a line: %q", e.Error())
+			}
+			if strings.ContainsAny(e.Error(), "\r\n") {
+				t.Fatalf("error of more than one line: %q", e.Error())
 			}
 		}
 	})

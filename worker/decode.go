@@ -3,37 +3,14 @@ package worker
 import (
 	"fmt"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
-
-// Error is one problem of a config file, at a line, on a field path such as
-// jobs[1].schedule.
-type Error struct {
-	File string
-	Line int
-	Path string
-	Msg  string
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Path, e.Msg)
-}
-
-// Errors is every problem of a config file, in file order.
-type Errors []*Error
-
-func (es Errors) Error() string {
-	lines := make([]string, len(es))
-	for i, e := range es {
-		lines[i] = e.Error()
-	}
-	return strings.Join(lines, "\n")
-}
 
 // decoder fills a struct from a YAML node strictly: an unknown field, a
 // duplicate key or a value of the wrong type is an Error with its line. It
@@ -41,17 +18,80 @@ func (es Errors) Error() string {
 type decoder struct {
 	file   string
 	lines  map[string]int // field path -> line of its key
-	errs   Errors
-	broken bool // the file could not be read as YAML at all
+	broken bool           // the file could not be read as YAML at all
+
+	errs    Errors // see errorf
+	more    *Error // counts the errors past maxErrors; last in errs
+	omitted int
+
+	values  int        // visited; see visit
+	tooMany *Error     // set once values pass maxValues
+	alias   *yaml.Node // the outermost alias decode is in, and its path
+	aliasAt string
+
+	fields map[reflect.Type]*structFields // by struct, built once: a table has many jobs
 }
 
-func (d *decoder) errorf(line int, path, format string, args ...any) {
-	d.errs = append(d.errs, &Error{File: d.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+// maxValues bounds the values (and unknown keys) decode visits. Each takes
+// at least 2 bytes of YAML, so a file within maxFileSize holds fewer, unless
+// aliases repeat a large value many times over (the "billion laughs"): 140 kB
+// of them can expand to 100 million unknown fields.
+const maxValues = maxFileSize
+
+// visit counts n, at path, and reports whether decode may go on. Past
+// maxValues it records an error on the alias that went past.
+func (d *decoder) visit(n *yaml.Node, path string) bool {
+	if d.values++; d.values <= maxValues {
+		return true
+	}
+	if d.alias != nil {
+		n, path = d.alias, d.aliasAt
+	}
+	if d.tooMany == nil {
+		d.tooMany = &Error{File: d.file, Line: n.Line, Path: orRoot(path),
+			Msg: fmt.Sprintf("aliases expand the file to more than %d values; it is read no further", maxValues)}
+	}
+	return false
+}
+
+// structFields are the YAML names of a struct's fields.
+type structFields struct {
+	index map[string]int // name -> field index
+	names string         // every name, in order, for messages
+}
+
+func (d *decoder) fieldsOf(t reflect.Type) *structFields {
+	if sf, ok := d.fields[t]; ok {
+		return sf
+	}
+	sf := &structFields{index: map[string]int{}}
+	var names []string
+	for i := range t.NumField() {
+		tag := t.Field(i).Tag.Get("yaml")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		sf.index[tag] = i
+		names = append(names, tag)
+	}
+	sf.names = strings.Join(names, ", ")
+	if d.fields == nil {
+		d.fields = map[reflect.Type]*structFields{}
+	}
+	d.fields[t] = sf
+	return sf
 }
 
 var durationType = reflect.TypeFor[time.Duration]()
 
 func (d *decoder) decode(n *yaml.Node, path string, v reflect.Value) {
+	if !d.visit(n, path) {
+		return
+	}
+	if n.Kind == yaml.AliasNode && d.alias == nil {
+		d.alias, d.aliasAt = n, path
+		defer func() { d.alias = nil }()
+	}
 	for n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
@@ -81,30 +121,31 @@ func (d *decoder) mapping(n *yaml.Node, path string, v reflect.Value) {
 		d.errorf(n.Line, orRoot(path), "want a mapping of fields, found a %s", kind(n))
 		return
 	}
-	fields := map[string]int{}
-	var names []string
-	for i := range v.NumField() {
-		tag := v.Type().Field(i).Tag.Get("yaml")
-		if tag == "" || tag == "-" {
-			continue
-		}
-		fields[tag] = i
-		names = append(names, tag)
-	}
-	seen := map[string]bool{}
+	fields := d.fieldsOf(v.Type())
+	seen := make([]bool, v.NumField())
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key, val := n.Content[i], n.Content[i+1]
 		p := join(path, key.Value)
-		idx, ok := fields[key.Value]
+		idx, ok := fields.index[key.Value]
 		switch {
-		case !ok:
-			d.errorf(key.Line, p, "unknown field; %s has %s", orRoot(path), strings.Join(names, ", "))
+		case !ok && key.Kind != yaml.ScalarNode:
+			if !d.visit(key, path) {
+				return
+			}
+			d.errorf(key.Line, orRoot(path), "want a field name, found a %s", kind(key))
 			continue
-		case seen[key.Value]:
+		case !ok:
+			p = join(path, fieldName(key.Value))
+			if !d.visit(key, p) {
+				return
+			}
+			d.errorf(key.Line, p, "unknown field; %s has %s", orRoot(path), fields.names)
+			continue
+		case seen[idx]:
 			d.errorf(key.Line, p, "set twice (first on line %d)", d.lines[p])
 			continue
 		}
-		seen[key.Value] = true
+		seen[idx] = true
 		d.lines[p] = key.Line
 		d.decode(val, p, v.Field(idx))
 	}
@@ -162,6 +203,8 @@ func kind(n *yaml.Node) string {
 		return "list"
 	case yaml.ScalarNode:
 		return fmt.Sprintf("%s (%q)", strings.TrimPrefix(n.Tag, "!!"), n.Value)
+	case yaml.AliasNode:
+		return "alias"
 	}
 	return "document"
 }
@@ -176,6 +219,18 @@ func typeName(t reflect.Type) string {
 		return "boolean (true or false)"
 	}
 	return t.String()
+}
+
+// fieldName returns an unknown field's name as a path shows it: quoted
+// unless it is made of letters, digits, '_' and '-', so that a path stays one
+// line and can be read back ("a.b" is not a field of a).
+func fieldName(name string) string {
+	if name == "" || strings.IndexFunc(name, func(r rune) bool {
+		return !(r == '_' || r == '-' || r < utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r)))
+	}) >= 0 {
+		return strconv.Quote(name)
+	}
+	return name
 }
 
 func join(path, field string) string {
@@ -202,9 +257,4 @@ func (d *decoder) lineOf(path string) int {
 		p = p[:i]
 	}
 	return 1
-}
-
-// sortErrors puts errors in file order.
-func sortErrors(es Errors) {
-	slices.SortStableFunc(es, func(a, b *Error) int { return a.Line - b.Line })
 }

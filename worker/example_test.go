@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/worker"
 )
@@ -17,7 +15,7 @@ import (
 // The main a user writes to run their own jobs; the README shows it. (It is
 // compiled, not run: Main parses os.Args and exits.)
 func Example() {
-	worker.Main(func(reg *jobs.Registry, rdb redis.UniversalClient) error {
+	worker.Main(func(reg *jobs.Registry, env worker.Env) error {
 		return reg.Register("invoice-run", func(ctx context.Context, run jobs.Run) error {
 			// ctx ends on timeout, shutdown, or lease loss (cause locking.ErrLeaseLost).
 			// Pass run.Fence to whatever you write, so a paused former owner is refused.

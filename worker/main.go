@@ -18,14 +18,27 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotcron/slotcron/jobs"
-	"github.com/slotcron/slotcron/locking"
 	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
-// Registrar adds a program's jobs to reg. rdb is the worker's Redis client,
-// for jobs that keep data in Redis; it connects on first use, so register
-// must only keep it, not call it.
-type Registrar func(reg *jobs.Registry, rdb redis.UniversalClient) error
+// Registrar adds a program's jobs to reg. env is what jobs that keep data in
+// Redis need from the worker; its client connects on first use, so a
+// Registrar must only keep it, not call it.
+type Registrar func(reg *jobs.Registry, env Env) error
+
+// Env is what the worker gives a Registrar.
+type Env struct {
+	// Redis is the worker's client, for jobs that keep data in Redis.
+	Redis redis.UniversalClient
+	// KeyPrefix is redis.key_prefix: put a job's keys under it, with the
+	// job's name as hash tag (<prefix>:{<job>}:...), so that two deployments
+	// on one Redis keep apart and a script can check the job's slot record
+	// (slotstore.RecordKey) in the same call as its write.
+	KeyPrefix string
+	// Logger is the worker's JSON logger.
+	Logger *slog.Logger
+}
 
 // Main runs the worker's command line with os.Args and exits:
 //
@@ -80,23 +93,26 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 // reports every problem of the file at once, registration included. check
 // gets a client that never connects.
 func setup(path string, register Registrar, offline bool) (*Config, redis.UniversalClient, func(), *jobs.Registry, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile(path)
 	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("worker: %w", err)
+		return nil, nil, nil, nil, err
 	}
 	cfg, d, errs := load(path, data)
 	var (
 		rdb        redis.UniversalClient
 		closeRedis = func() {}
 	)
-	if offline || hasErrorUnder(errs, "redis") {
+	// A config with errors is reported, not run: its Redis settings may be
+	// among them (or past the errors listed), so nothing connects.
+	if offline || len(errs) > 0 {
 		rdb = redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"}) // never used: registration only keeps it
 		closeRedis = func() { rdb.Close() }
 	} else if rdb, closeRedis, err = NewRedis(cfg.Redis); err != nil {
 		return nil, nil, nil, nil, err
 	}
 	reg := jobs.NewRegistry()
-	if err := register(reg, rdb); err != nil {
+	env := Env{Redis: rdb, KeyPrefix: cfg.Redis.KeyPrefix, Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
+	if err := register(reg, env); err != nil {
 		closeRedis()
 		return nil, nil, nil, nil, fmt.Errorf("worker: registering jobs: %w", err)
 	}
@@ -107,15 +123,6 @@ func setup(path string, register Registrar, offline bool) (*Config, redis.Univer
 		return nil, nil, nil, nil, d.errs
 	}
 	return cfg, rdb, closeRedis, reg, nil
-}
-
-func hasErrorUnder(errs Errors, prefix string) bool {
-	for _, e := range errs {
-		if e.Path == prefix || strings.HasPrefix(e.Path, prefix+".") {
-			return true
-		}
-	}
-	return false
 }
 
 func check(cfg *Config, path string, out io.Writer) int {
@@ -169,7 +176,11 @@ func run(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *jobs.
 			log.Warn("flushing telemetry", "error", err)
 		}
 	}()
-	slots, err := locking.NewSlots(rdb, cfg.Redis.KeyPrefix)
+	var storeOpts []slotstore.Option
+	if cfg.Redis.WaitReplicas > 0 {
+		storeOpts = append(storeOpts, slotstore.WithWaitReplicas(cfg.Redis.WaitReplicas, cfg.Redis.WaitTimeout))
+	}
+	slots, err := slotstore.New(rdb, cfg.Redis.KeyPrefix, storeOpts...)
 	if err != nil {
 		log.Error("slots", "error", err)
 		return 1

@@ -77,8 +77,8 @@ jobs:
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 			t.Fatalf("second signal: exit %v, want code 1", err)
 		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("still running 3s after the second signal")
+	case <-time.After(10 * time.Second): // "at once" against the 30s grace, with room for a busy machine
+		t.Fatal("still running 10s after the second signal")
 	}
 	for _, want := range []string{"stopping: no new claims", "second signal: exiting now"} {
 		if !strings.Contains(stderr.String(), want) {

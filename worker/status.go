@@ -4,37 +4,43 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slotcron/slotcron/locking"
 	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // status prints, per job, the run that holds its lease and its last 10 slot
 // records, each with the trace ID under which Jaeger shows it.
 func status(ctx context.Context, cfg *Config, rdb redis.UniversalClient, out, stderr io.Writer) int {
-	slots, err := locking.NewSlots(rdb, cfg.Redis.KeyPrefix)
+	slots, err := slotstore.New(rdb, cfg.Redis.KeyPrefix)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	for i, j := range cfg.Jobs {
-		if i > 0 {
-			fmt.Fprintln(out)
-		}
-		holder, slot, ttl, err := slots.Holder(ctx, j.Name)
+	if err := printReplicas(ctx, slots, out); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	for _, j := range cfg.Jobs {
+		fmt.Fprintln(out)
+		holder, at, ttl, err := slots.Holder(ctx, j.Name)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
 		lease := "free"
 		if holder != "" {
-			lease = fmt.Sprintf("held by %s for slot %s, %v left", holder, slot.UTC().Format(time.RFC3339), ttl.Round(time.Millisecond))
+			lease = fmt.Sprintf("held by %s for slot %s, %v left", holder, at.UTC().Format(time.RFC3339), ttl.Round(time.Millisecond))
 		}
 		fmt.Fprintf(out, "job %s  schedule %q  lease: %s\n", j.Name, j.Schedule, lease)
 		recs, err := slots.Records(ctx, j.Name, 10)
@@ -57,7 +63,49 @@ func status(ctx context.Context, cfg *Config, rdb redis.UniversalClient, out, st
 	return 0
 }
 
-func duration(r locking.SlotRecord) string {
+// printReplicas prints every live replica of the deployment, and whether its
+// table agrees with the others': the largest group of replicas with one table
+// is taken as the reference.
+func printReplicas(ctx context.Context, slots *slotstore.Store, out io.Writer) error {
+	reg, err := slots.Registry(ctx, 3*scheduler.DefaultHeartbeatEvery)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "replicas: %d live\n", len(reg.Replicas))
+	if len(reg.Replicas) == 0 {
+		return nil
+	}
+	tables := map[string]int{}
+	table := func(r slot.Replica) string {
+		lines := make([]string, 0, len(r.Jobs))
+		for j, s := range r.Jobs {
+			lines = append(lines, j+" "+s)
+		}
+		slices.Sort(lines)
+		return strings.Join(lines, "\n")
+	}
+	var ref string
+	for _, r := range reg.Replicas {
+		t := table(r)
+		tables[t]++
+		if tables[t] > tables[ref] {
+			ref = t
+		}
+	}
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "  ID\tVERSION\tSTARTED\tLAST SEEN\tCLOCK OFFSET\tTABLE")
+	for _, r := range reg.Replicas {
+		agree := "agrees"
+		if table(r) != ref {
+			agree = "DIFFERS from " + strconv.Itoa(tables[ref]) + " peer(s)"
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%v ago\t%v\t%s\n", r.ID, r.Version, r.Started.UTC().Format(time.RFC3339),
+			reg.Now.Sub(r.Seen).Round(time.Millisecond), r.Offset.Round(time.Microsecond), agree)
+	}
+	return w.Flush()
+}
+
+func duration(r slot.Record) string {
 	switch {
 	case r.Started.IsZero():
 		return "-"

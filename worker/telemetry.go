@@ -90,7 +90,7 @@ func traceExporter(ctx context.Context, cfg TracingConfig) (sdktrace.SpanExporte
 			opt = otlptracegrpc.WithEndpointURL(cfg.Endpoint)
 		}
 		opts := []otlptracegrpc.Option{opt}
-		if !strings.HasPrefix(cfg.Endpoint, "https://") {
+		if _, https, _ := endpointHost(cfg.Endpoint); !https {
 			opts = append(opts, otlptracegrpc.WithInsecure())
 		}
 		exp, err = otlptracegrpc.New(ctx, opts...)
@@ -100,7 +100,7 @@ func traceExporter(ctx context.Context, cfg TracingConfig) (sdktrace.SpanExporte
 			opt = otlptracehttp.WithEndpointURL(cfg.Endpoint)
 		}
 		opts := []otlptracehttp.Option{opt}
-		if !strings.HasPrefix(cfg.Endpoint, "https://") {
+		if _, https, _ := endpointHost(cfg.Endpoint); !https {
 			opts = append(opts, otlptracehttp.WithInsecure())
 		}
 		exp, err = otlptracehttp.New(ctx, opts...)

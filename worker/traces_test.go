@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,6 +128,21 @@ jobs:
 	return g
 }
 
+// waitStarted waits until every replica of g has logged that its scheduler
+// started.
+func (g *group) waitStarted(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range g.stderr {
+		for !strings.Contains(s.String(), `"msg":"scheduler started"`) {
+			if time.Now().After(deadline) {
+				t.Fatalf("a replica did not start within 30s:\n%s", s.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
 // stop stops the replicas; they flush their spans before Command returns.
 func (g *group) stop(t *testing.T) {
 	g.cancel()
@@ -162,12 +178,17 @@ func TestTracesAcrossReplicas(t *testing.T) {
 	srv := redistest.StartOwned(t)
 	full := startGroup(t, srv, "full", 3, 1)
 	half := startGroup(t, srv, "half", 3, 0.5)
-	first := time.Now().Add(1500 * time.Millisecond).Truncate(time.Second).Add(time.Second)
+	// The slots under test start after every replica has started, and each
+	// group stops one slot after its last one: a busy machine may start a
+	// replica or dispatch a claim late, but not by a whole second more.
+	full.waitStarted(t)
+	half.waitStarted(t)
+	first := time.Now().Add(500 * time.Millisecond).Truncate(time.Second).Add(time.Second)
 	const fullSlots, halfSlots = 5, 16
 	sleepUntil := func(t time.Time) { time.Sleep(time.Until(t)) }
-	sleepUntil(first.Add(fullSlots*time.Second + 700*time.Millisecond)) // the 500ms runs of the last slot are over
+	sleepUntil(first.Add((fullSlots+1)*time.Second + 700*time.Millisecond))
 	full.stop(t)
-	sleepUntil(first.Add(halfSlots*time.Second + 700*time.Millisecond))
+	sleepUntil(first.Add((halfSlots+1)*time.Second + 700*time.Millisecond))
 	half.stop(t)
 
 	t.Run("one trace per slot", func(t *testing.T) {

@@ -10,13 +10,15 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/slotcron/slotcron/examples/lottery/lottery"
 	"github.com/slotcron/slotcron/internal/redistest"
-	"github.com/slotcron/slotcron/locking"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m, nil) }
@@ -39,7 +41,7 @@ func buildWorker(t *testing.T) string {
 // worker status must print exactly the slot records.
 func TestWorkersUnderFaults(t *testing.T) {
 	bin := buildWorker(t)
-	srv := redistest.StartOwned(t) // lottery:* keys are global: a server of our own
+	srv := redistest.StartOwned(t) // the default key prefix: a server of our own
 	dir := t.TempDir()
 	config := func(id string) string {
 		path := filepath.Join(dir, id+".yaml")
@@ -63,7 +65,7 @@ jobs:
 	type proc struct {
 		id   string
 		cmd  *exec.Cmd
-		logs bytes.Buffer
+		logs lockedBuffer
 	}
 	var procs []*proc
 	for _, id := range []string{"alpha", "bravo", "charlie"} {
@@ -83,7 +85,18 @@ jobs:
 		}
 	}()
 
-	first := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
+	// The slots under test begin once every worker has started: a busy
+	// machine may take seconds to start three processes.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, p := range procs {
+		for !strings.Contains(p.logs.String(), `"msg":"scheduler started"`) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not start within 30s; logs:\n%s", p.id, p.logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	first := time.Now().Add(time.Second).Truncate(time.Second).Add(time.Second)
 	const n = 10
 	last := first.Add((n - 1) * time.Second)
 
@@ -115,7 +128,7 @@ jobs:
 
 	ctx := context.Background()
 	rdb := srv.Client()
-	draws, err := lottery.New(rdb, "lottery").Draws(ctx)
+	draws, err := lottery.New(rdb, slot.DefaultKeyPrefix).Draws(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +139,7 @@ jobs:
 			t.Errorf("slot %d was drawn twice: %+v", d.Slot, draws)
 		}
 	}
-	slots, _ := locking.NewSlots(rdb, "slotcron")
+	slots, _ := slotstore.New(rdb, "slotcron")
 	drawn, explained := 0, 0
 	for s := first; !s.After(last); s = s.Add(time.Second) {
 		rec, ok, err := slots.Record(ctx, lottery.Name, s)
@@ -136,10 +149,10 @@ jobs:
 		switch {
 		case per[s.Unix()] == 1:
 			drawn++
-			if !ok || (rec.State != locking.StateDone && rec.State != locking.StateAbandoned) {
+			if !ok || (rec.State != slot.StateDone && rec.State != slot.StateAbandoned) {
 				t.Errorf("slot %s has a draw but its record is %+v (found %v)", s.Format(time.TimeOnly), rec, ok)
 			}
-		case ok && rec.State != locking.StateDone && rec.State != locking.StateRunning && rec.Error != "":
+		case ok && rec.State != slot.StateDone && rec.State != slot.StateRunning && rec.Error != "":
 			explained++
 			t.Logf("slot %s: no draw; record %s: %s", s.Format(time.TimeOnly), rec.State, rec.Error)
 		default:
@@ -173,4 +186,22 @@ jobs:
 			t.Errorf("status row %d = %v, record %v", i, rows[i][1:], want)
 		}
 	}
+}
+
+// lockedBuffer is a buffer that a process writes to while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

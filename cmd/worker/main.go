@@ -11,9 +11,12 @@ package main
 
 import (
 	"github.com/slotcron/slotcron/examples/lottery/lottery"
+	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/worker"
 )
 
 func main() {
-	worker.Main(lottery.Register)
+	worker.Main(func(reg *jobs.Registry, env worker.Env) error {
+		return lottery.Register(reg, env.Redis, env.KeyPrefix)
+	})
 }

@@ -15,8 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotcron/slotcron/examples/lottery/lottery"
-	"github.com/slotcron/slotcron/locking"
 	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 	"github.com/slotcron/slotcron/worker"
 )
 
@@ -68,7 +69,7 @@ func demo(o options) int {
 	}
 	fmt.Printf("lottery: %d replicas, each a process, on %s; schedule %q; %d slots from %s\n",
 		o.replicas, where, o.schedule, o.slots, slots[0].Format(time.TimeOnly))
-	l := lottery.New(rdb, "lottery")
+	l := lottery.New(rdb, slot.DefaultKeyPrefix)
 	seen := collect(ctx, reports, slots, o.replicas, l)
 	stopReplicas(kids) // they flush their spans as they stop
 
@@ -251,7 +252,7 @@ func verdict(ctx context.Context, rdb redis.UniversalClient, l *lottery.Lottery,
 		per[d.Slot]++
 	}
 	drawn, dupes, missed := 0, 0, 0
-	records, _ := locking.NewSlots(rdb, "slotcron")
+	records, _ := slotstore.New(rdb, slot.DefaultKeyPrefix)
 	for _, s := range slots {
 		switch n := per[s.Unix()]; {
 		case n == 0:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/slotcron/slotcron/examples/lottery/lottery"
 	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
 )
 
 // jaegerTrace is the part of Jaeger's /api/traces/{id} answer the demo reads.
@@ -48,7 +49,7 @@ func showTraces(ctx context.Context, ui string, slots []time.Time) {
 	fmt.Printf("Jaeger (%s) holds one trace per slot:\n", ui)
 	client := &http.Client{Timeout: 5 * time.Second}
 	for _, s := range slots {
-		id := scheduler.SlotTraceID("slotcron", lottery.Name, s).String()
+		id := scheduler.SlotTraceID(slot.DefaultKeyPrefix, lottery.Name, s).String()
 		var tr jaegerTrace
 		var spans []string
 		// Spans arrive in batches; give the last ones a moment.

@@ -19,8 +19,9 @@ import (
 
 	"github.com/slotcron/slotcron/examples/lottery/lottery"
 	"github.com/slotcron/slotcron/jobs"
-	"github.com/slotcron/slotcron/locking"
 	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // report is one line a replica writes on stdout for the demo: that it is
@@ -107,11 +108,11 @@ func replica(o options) int {
 	}()
 
 	reg := jobs.NewRegistry()
-	if err := lottery.Register(reg, rdb); err != nil {
+	if err := lottery.Register(reg, rdb, slot.DefaultKeyPrefix); err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
 		return 1
 	}
-	slots, err := locking.NewSlots(rdb, "slotcron")
+	slots, err := slotstore.New(rdb, slot.DefaultKeyPrefix)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
 		return 1

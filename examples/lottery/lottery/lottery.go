@@ -1,13 +1,20 @@
 // Package lottery is the noon lottery: a job that must draw its winners once
 // per slot, however many replicas run it.
 //
-// Each run draws 10 distinct winners from the set lottery:participants (it
-// seeds 1000 demo users when the set is empty) and stores the draw, in one
-// script, in the hash lottery:draw:<slot unix> (winners, replica, fence) and
-// as one JSON line in the list lottery:draws. The script refuses a fence
-// lower than the highest fence already written: a replica that was paused
-// past its lease and wakes up cannot overwrite a newer draw. That is the
-// fencing that makes the lock safe; the lock alone cannot.
+// Each run draws 10 distinct winners from the set <prefix>:{lottery}:participants
+// (it seeds 1000 demo users when the set is empty) and stores the draw, in one
+// script, in the hash <prefix>:{lottery}:draw:<slot unix> (winners, replica,
+// fence) and as one JSON line in the list <prefix>:{lottery}:draws. prefix is
+// the deployment's key prefix, so two deployments on one Redis keep apart, and
+// every key shares the {lottery} hash tag with the scheduler's keys for the
+// job, so the script runs on a Redis Cluster too.
+//
+// The script is fenced twice. It refuses a writer that no longer owns its
+// slot: the slot's record (slotstore.RecordKey) must be running with the
+// writer's fence, so a replica paused past its lease, whose slot was taken
+// over or abandoned meanwhile, cannot write its draw late. And it refuses a
+// fence lower than the highest already written. That is the fencing that
+// makes the lock safe; the lock alone cannot.
 package lottery
 
 import (
@@ -18,10 +25,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // Name is the job's name in the cron table.
@@ -32,35 +41,34 @@ const Winners = 10
 
 // ErrStaleFence is what a draw returns when a newer owner has written since
 // its lease was granted: the draw is refused and nothing changes.
-var ErrStaleFence = errors.New("lottery: stale fence: a newer owner has written since")
+var ErrStaleFence = errors.New("lottery: stale fence: the run no longer owns its slot")
 
 //go:embed write_draw.lua
 var writeDrawSrc string
 
 var writeDraw = redis.NewScript(writeDrawSrc)
 
-// Lottery draws winners into Redis under a key prefix ("lottery" by default,
-// so the keys are lottery:participants, lottery:draw:<slot>, lottery:draws
-// and lottery:fence). On a Redis Cluster use a prefix with a hash tag, such
-// as "{lottery}", so that the write script's keys share a slot.
+// Lottery draws winners into Redis, with keys under the deployment's key
+// prefix: <prefix>:{lottery}:participants, :draw:<slot>, :draws and :fence.
 type Lottery struct {
 	rdb    redis.UniversalClient
-	prefix string
+	prefix string // the deployment's key prefix, as the slot store has it
 }
 
-// New returns the lottery on rdb, with keys under prefix.
-func New(rdb redis.UniversalClient, prefix string) *Lottery {
-	return &Lottery{rdb: rdb, prefix: prefix}
+// New returns the lottery on rdb, for the deployment whose slot store uses
+// keyPrefix (slot.DefaultKeyPrefix unless configured).
+func New(rdb redis.UniversalClient, keyPrefix string) *Lottery {
+	return &Lottery{rdb: rdb, prefix: keyPrefix}
 }
 
-// Register adds the lottery, with the default prefix, to reg under Name. It
-// has the shape of worker.Registrar.
-func Register(reg *jobs.Registry, rdb redis.UniversalClient) error {
-	return reg.Register(Name, New(rdb, "lottery").Draw)
+// Register adds the lottery to reg under Name, for the deployment whose
+// slot store uses keyPrefix.
+func Register(reg *jobs.Registry, rdb redis.UniversalClient, keyPrefix string) error {
+	return reg.Register(Name, New(rdb, keyPrefix).Draw)
 }
 
-// Key returns the lottery's key for name: prefix:name.
-func (l *Lottery) Key(name string) string { return l.prefix + ":" + name }
+// Key returns the lottery's key for name: <prefix>:{lottery}:name.
+func (l *Lottery) Key(name string) string { return l.prefix + ":{" + Name + "}:" + name }
 
 // DrawKey returns the key of one slot's draw.
 func (l *Lottery) DrawKey(slot int64) string { return l.Key("draw:" + strconv.FormatInt(slot, 10)) }
@@ -104,13 +112,13 @@ func (l *Lottery) Write(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
-	res, err := writeDraw.Run(ctx, l.rdb, []string{l.Key("fence"), l.DrawKey(e.Slot), l.Key("draws")},
-		e.Fence, strings.Join(e.Winners, ","), e.Replica, string(line)).Slice()
+	keys := []string{l.Key("fence"), l.DrawKey(e.Slot), l.Key("draws"), slotstore.RecordKey(l.prefix, Name, time.Unix(e.Slot, 0))}
+	res, err := writeDraw.Run(ctx, l.rdb, keys, e.Fence, strings.Join(e.Winners, ","), e.Replica, string(line)).Slice()
 	if err != nil {
 		return fmt.Errorf("lottery: write draw of slot %d: %w", e.Slot, err)
 	}
 	if len(res) > 0 && res[0] == "stale" {
-		return fmt.Errorf("%w (fence %d, newest written %v)", ErrStaleFence, e.Fence, res[1])
+		return fmt.Errorf("%w: fence %d: %v", ErrStaleFence, e.Fence, res[1])
 	}
 	return nil
 }
@@ -119,7 +127,7 @@ func (l *Lottery) Write(ctx context.Context, e Entry) error {
 // has no draw.
 func (l *Lottery) Winners(ctx context.Context, slot int64) (winners []string, ok bool, err error) {
 	h, err := l.rdb.HGet(ctx, l.DrawKey(slot), "winners").Result()
-	if err == redis.Nil {
+	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
 	if err != nil {

@@ -6,78 +6,137 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slotcron/slotcron/examples/lottery/lottery"
 	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m, nil) }
 
-func TestDrawTenDistinctWinners(t *testing.T) {
+// world is a slot store and the lottery of one deployment.
+type world struct {
+	t     *testing.T
+	rdb   *redis.Client
+	store *slotstore.Store
+	l     *lottery.Lottery
+}
+
+func newWorld(t *testing.T) *world {
 	srv := redistest.Start(t)
-	rdb := srv.Client()
-	l := lottery.New(rdb, srv.Key("lottery"))
-	ctx := context.Background()
-	slot := time.Unix(1_795_000_000, 0)
-	if err := l.Draw(ctx, jobs.Run{Job: "lottery", Slot: slot, Fence: 1, Replica: "r1"}); err != nil {
+	prefix := srv.Key("sc")
+	store, err := slotstore.New(srv.Client(), prefix)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n := rdb.SCard(ctx, l.Key("participants")).Val(); n != 1000 {
+	return &world{t: t, rdb: srv.Client(), store: store, l: lottery.New(srv.Client(), prefix)}
+}
+
+// claim makes replica the owner of the lottery's slot at, as the scheduler would.
+func (w *world) claim(kind slot.Kind, at time.Time, replica string, retry bool) slot.Result {
+	w.t.Helper()
+	res, err := w.store.Claim(context.Background(), []slot.Claim{{Kind: kind, Job: lottery.Name, Slot: at, Replica: replica,
+		LeaseTTL: time.Minute, Retention: time.Hour, Deadline: time.Now().Add(time.Minute), Retry: retry, MaxAttempts: 3}})
+	if err != nil || res[0].Err != nil {
+		w.t.Fatalf("claim: %v %v", err, res[0].Err)
+	}
+	return res[0]
+}
+
+// ownerGone lets the job's lease expire, as when its owner pauses past its TTL.
+func (w *world) ownerGone() {
+	w.rdb.Del(context.Background(), w.store.Prefix()+":{"+lottery.Name+"}:lease")
+}
+
+func (w *world) draws() []lottery.Entry {
+	w.t.Helper()
+	d, err := w.l.Draws(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return d
+}
+
+func TestDrawTenDistinctWinners(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	at := time.Unix(1_795_000_000, 0)
+	won := w.claim(slot.ClaimLive, at, "r1", false)
+	if err := w.l.Draw(ctx, jobs.Run{Job: lottery.Name, Slot: at, Fence: won.Fence, Replica: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.rdb.SCard(ctx, w.l.Key("participants")).Val(); n != 1000 {
 		t.Fatalf("seeded %d participants, want 1000", n)
 	}
-	draws, err := l.Draws(ctx)
-	if err != nil || len(draws) != 1 {
-		t.Fatalf("draws %v, %v", draws, err)
+	draws := w.draws()
+	if len(draws) != 1 {
+		t.Fatalf("draws %v", draws)
 	}
 	seen := map[string]bool{}
-	for _, w := range draws[0].Winners {
-		seen[w] = true
+	for _, name := range draws[0].Winners {
+		seen[name] = true
 	}
-	if len(seen) != 10 || draws[0].Slot != slot.Unix() || draws[0].Fence != 1 || draws[0].Replica != "r1" {
+	if len(seen) != 10 || draws[0].Slot != at.Unix() || draws[0].Fence != won.Fence || draws[0].Replica != "r1" {
 		t.Fatalf("draw %+v", draws[0])
 	}
-	h := rdb.HGetAll(ctx, l.DrawKey(slot.Unix())).Val()
-	if h["replica"] != "r1" || h["fence"] != "1" || len(h["winners"]) == 0 {
+	h := w.rdb.HGetAll(ctx, w.l.DrawKey(at.Unix())).Val()
+	if h["replica"] != "r1" || len(h["winners"]) == 0 {
 		t.Fatalf("draw hash %v", h)
 	}
 }
 
-// TestZombieIsRefused: the owner of slot S (fence 5) is paused past its
-// lease; a new owner draws slot S+1 with fence 6. The paused owner wakes and
-// writes its draw of S with fence 5: refused, and nothing changes.
+// TestZombieIsRefused: the owner of a slot is paused past its lease, and the
+// slot is abandoned (or taken over) meanwhile. The paused owner wakes and
+// writes its draw with its old fence: refused, and nothing changes, even
+// though nobody has drawn since. A newer owner's write goes through, once.
 func TestZombieIsRefused(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client()
-	l := lottery.New(rdb, srv.Key("lottery"))
+	w := newWorld(t)
 	ctx := context.Background()
-	newer := lottery.Entry{Slot: 1_795_000_060, Replica: "b", Fence: 6, Winners: []string{"user-0001", "user-0002"}}
-	if err := l.Write(ctx, newer); err != nil {
+	entry := func(at time.Time, replica string, fence int64) lottery.Entry {
+		return lottery.Entry{Slot: at.Unix(), Replica: replica, Fence: fence, Winners: []string{"user-0001", "user-0002"}}
+	}
+
+	// Abandoned: nobody runs the slot again; the zombie may not draw it.
+	s1 := time.Unix(1_795_000_000, 0)
+	zombie := w.claim(slot.ClaimLive, s1, "a", false)
+	w.ownerGone()
+	if r := w.claim(slot.ClaimTakeover, s1, "b", false); r.Outcome != slot.OutcomeAbandoned {
+		t.Fatalf("takeover: %+v, want abandoned", r)
+	}
+	if err := w.l.Write(ctx, entry(s1, "a", zombie.Fence)); !errors.Is(err, lottery.ErrStaleFence) {
+		t.Fatalf("zombie's write after the slot was abandoned: %v, want ErrStaleFence", err)
+	}
+	if n := len(w.draws()); n != 0 || w.rdb.Exists(ctx, w.l.DrawKey(s1.Unix())).Val() != 0 {
+		t.Fatalf("the zombie's draw was written (%d draws)", n)
+	}
+
+	// Taken over: attempt 2 draws; attempt 1, waking late, may not.
+	s2 := s1.Add(time.Minute)
+	first := w.claim(slot.ClaimLive, s2, "a", true)
+	w.ownerGone()
+	second := w.claim(slot.ClaimTakeover, s2, "c", true)
+	if second.Outcome != slot.OutcomeWon || second.Attempt != 2 {
+		t.Fatalf("takeover: %+v, want attempt 2", second)
+	}
+	if err := w.l.Write(ctx, entry(s2, "c", second.Fence)); err != nil {
+		t.Fatalf("attempt 2's write: %v", err)
+	}
+	if err := w.l.Write(ctx, entry(s2, "a", first.Fence)); !errors.Is(err, lottery.ErrStaleFence) {
+		t.Fatalf("attempt 1's late write: %v, want ErrStaleFence", err)
+	}
+	// Attempt 2 writing again (a retried call) keeps the first draw.
+	if err := w.l.Write(ctx, entry(s2, "c", second.Fence)); err != nil {
 		t.Fatal(err)
 	}
-	before := rdb.LRange(ctx, l.Key("draws"), 0, -1).Val()
-	zombie := lottery.Entry{Slot: 1_795_000_000, Replica: "a", Fence: 5, Winners: []string{"user-0666"}}
-	err := l.Write(ctx, zombie)
-	if !errors.Is(err, lottery.ErrStaleFence) {
-		t.Fatalf("zombie write: %v, want ErrStaleFence", err)
+	draws := w.draws()
+	if len(draws) != 1 || draws[0].Replica != "c" || draws[0].Fence != second.Fence {
+		t.Fatalf("draws %+v, want attempt 2's only", draws)
 	}
-	after := rdb.LRange(ctx, l.Key("draws"), 0, -1).Val()
-	if len(after) != len(before) || after[0] != before[0] {
-		t.Fatalf("draws changed: %v -> %v", before, after)
-	}
-	if rdb.Exists(ctx, l.DrawKey(zombie.Slot)).Val() != 0 {
-		t.Fatal("the zombie's draw hash was written")
-	}
-	if got := rdb.Get(ctx, l.Key("fence")).Val(); got != "6" {
-		t.Fatalf("highest fence is %s, want 6", got)
-	}
-	// The same slot again, even with a newer fence (a retried attempt), keeps
-	// the first draw: no slot is drawn twice.
-	again := newer
-	again.Fence, again.Replica = 7, "c"
-	if err := l.Write(ctx, again); err != nil {
-		t.Fatal(err)
-	}
-	if n := rdb.LLen(ctx, l.Key("draws")).Val(); n != 1 {
-		t.Fatalf("%d draws after a second write of one slot", n)
+	// A fence lower than the highest written is refused, whatever the record.
+	if err := w.l.Write(ctx, entry(s2.Add(time.Minute), "x", second.Fence-1)); !errors.Is(err, lottery.ErrStaleFence) {
+		t.Fatalf("write with a lower fence and no record: %v, want ErrStaleFence", err)
 	}
 }

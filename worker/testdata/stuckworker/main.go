@@ -9,14 +9,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/worker"
 )
 
 func main() {
-	worker.Main(func(reg *jobs.Registry, rdb redis.UniversalClient) error {
+	worker.Main(func(reg *jobs.Registry, env worker.Env) error {
 		return reg.Register("stuck", func(ctx context.Context, run jobs.Run) error {
 			fmt.Fprintln(os.Stdout, "started")
 			time.Sleep(time.Hour) // ignores ctx

@@ -1,0 +1,92 @@
+package scheduler_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+)
+
+// TestSteppedClockDecidesNothing: one replica's clock is stepped 10 minutes
+// ahead (an NTP step), later 10 minutes behind, while another replica's is
+// right. The stepped replica must not decide any slot: no slot recorded
+// skipped or missed ahead of time, none run early. Every slot starts once,
+// on time, on the healthy replica. Both with overlap skip and allow.
+func TestSteppedClockDecidesNothing(t *testing.T) {
+	for _, overlap := range []scheduler.Overlap{scheduler.OverlapSkip, scheduler.OverlapAllow} {
+		t.Run(string(overlap), func(t *testing.T) {
+			bubble(t, func(t *testing.T, h *harness) {
+				key := "starts"
+				table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", Overlap: overlap, LeaseTTL: time.Second}}
+				reg := func() *jobs.Registry {
+					return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, key, 10*time.Millisecond)})
+				}
+				stepped := h.start("stepped", reg(), table, scheduler.WithClockCheckEvery(time.Minute))
+				h.start("healthy", reg(), table)
+				first := nextSecond(500 * time.Millisecond)
+				sleepUntil(first.Add(2500 * time.Millisecond))
+				stepped.clock.step(10 * time.Minute)
+				sleepUntil(first.Add(20*time.Second + 500*time.Millisecond))
+				stepped.clock.step(-20 * time.Minute)
+				sleepUntil(first.Add(40*time.Second + 500*time.Millisecond))
+
+				runs := map[int64][]start{}
+				for _, s := range h.starts(key) {
+					runs[s.slot] = append(runs[s.slot], s)
+				}
+				for at := first.Unix(); at < first.Unix()+40; at++ {
+					rec, ok := h.record("j", at)
+					if len(runs[at]) != 1 || !ok || rec.State != slot.StateDone {
+						t.Errorf("slot %d: runs %+v, record %s %q (found %v); want 1 run, done", at, runs[at], rec.State, rec.Error, ok)
+						continue
+					}
+					if d := rec.Started.Sub(time.Unix(at, 0)); d < 0 || d > 100*time.Millisecond {
+						t.Errorf("slot %d started %v from its time, on %s", at, d, rec.Owner)
+					}
+				}
+				// Nothing was decided ahead of time: no record beyond the run.
+				future := time.Now().Add(time.Second).Unix()
+				for at := future; at < future+600; at++ {
+					if rec, ok := h.record("j", at); ok {
+						t.Fatalf("slot %d, in the future, already has a record: %+v", at, rec)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestRefusedSlotsStillEndWithARecord: Redis's clock is 5 minutes off from
+// every replica's (more than max_skew), so every replica refuses to claim.
+// The slots must still end with a record: missed, saying why; Redis decides
+// when, on its own clock.
+func TestRefusedSlotsStillEndWithARecord(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 10s", MisfireGrace: 20 * time.Second}}
+		reg := func() *jobs.Registry { return registry(t, quiet(t)) }
+		for _, id := range []string{"a", "b"} {
+			h.startWith(id, replicaOpts{offset: -5 * time.Minute}, reg(), table)
+		}
+		// The replicas' clocks read 5 minutes ago; their slots are Redis's
+		// slots minus 5 minutes. Give the slots they refuse their misfire grace
+		// on Redis's clock, plus a margin.
+		begin := time.Now().Add(-5 * time.Minute)
+		time.Sleep(2 * time.Minute)
+		end := time.Now().Add(-5*time.Minute - 30*time.Second)
+		n := 0
+		for at := begin.Add(10 * time.Second).Truncate(10 * time.Second); at.Before(end); at = at.Add(10 * time.Second) {
+			rec, ok := h.record("j", at.Unix())
+			if !ok || rec.State != slot.StateMissed || rec.Error == "" {
+				t.Errorf("slot %s: record %+v (found %v); want missed, with the reason", at.Format(time.TimeOnly), rec, ok)
+			}
+			n++
+		}
+		if n < 5 {
+			t.Fatalf("only %d slots checked", n)
+		}
+		rec, _ := h.record("j", begin.Add(30*time.Second).Truncate(10*time.Second).Unix())
+		t.Logf("a refused slot's record: %s: %s", rec.State, rec.Error)
+	})
+}

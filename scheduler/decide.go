@@ -1,0 +1,94 @@
+package scheduler
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/slotcron/slotcron/slot"
+)
+
+// outcomeError is the outcome of a claim that got no answer; outcomeRefused
+// of a slot that this replica did not claim because its clock is off.
+const (
+	outcomeError   = "error"
+	outcomeRefused = "refused_skew"
+)
+
+// decision is what a replica does with the answer to one claim. decide makes
+// it from the claim and its result alone; the runner carries it out (apply).
+type decision struct {
+	outcome string // the claim's outcome, for the slot span and the claims metric
+
+	run         bool          // start the job under the won lease
+	backoff     bool          // the claim failed: send it again after a backoff
+	retryAfter  time.Duration // > 0: send the claim again once this much of a lease has run out
+	retryIn     time.Duration // > 0: send the claim again after exactly this long
+	probe       bool          // measure the clock against Redis again, now
+	watch       time.Time     // non-zero: settle this running slot once its owner's lease would expire
+	watchWait   time.Duration // how long that lease may still run; -1 when unknown (look soon)
+	unwatch     bool          // the claimed slot needs no more watching
+	nextCatchup bool          // send the job's next catch-up slot
+
+	level slog.Level // how loud msg is
+	msg   string     // "" when there is nothing to log
+}
+
+// decide is the scheduler's policy for one answer, as a pure function: the
+// same claim, result and replica ID always give the same decision. self is
+// this replica's ID: a record that names it, with no run behind it here, is
+// watched like anybody else's, so that a run lost with a reply is settled.
+func decide(c slot.Claim, res slot.Result, self string) decision {
+	if res.Err != nil {
+		return decision{outcome: outcomeError, backoff: true, level: slog.LevelWarn, msg: "claim failed; retrying"}
+	}
+	d := decision{outcome: string(res.Outcome)}
+	switch res.Outcome {
+	case slot.OutcomeWon:
+		d.run, d.unwatch = true, true
+		if res.Unreplicated {
+			d.level, d.msg = slog.LevelWarn, "slot won, but fewer replicas acknowledged the claim than wait_replicas asks: a failover now could lose it and run the slot again"
+		}
+	case slot.OutcomeLost:
+		d.level, d.msg = slog.LevelDebug, "slot lost" // every loser, every tick
+		if res.State == slot.StateRunning {
+			// Its owner's lease can't run out sooner than one TTL from now.
+			d.watch, d.watchWait = c.Slot, c.LeaseTTL
+			if res.Holder == self {
+				d.level, d.msg = slog.LevelWarn, "slot recorded running by this replica, with no run here: watching it until its lease runs out"
+			}
+		}
+		d.nextCatchup = c.Kind == slot.ClaimCatchup
+	case slot.OutcomeSkipped:
+		d.level, d.msg = slog.LevelInfo, "slot skipped: the previous run still holds the job"
+		d.watch, d.watchWait = res.HolderSlot, res.Wait // settle that run if its owner dies
+	case slot.OutcomeMissed:
+		d.level, d.msg = slog.LevelWarn, "slot missed"
+		if c.Kind == slot.ClaimMiss { // the catch-up policy chose it: expected
+			d.level = slog.LevelInfo
+		}
+	case slot.OutcomeBusy:
+		d.retryAfter = max(res.Wait, 0)
+		if d.retryAfter == 0 {
+			d.retryAfter = c.LeaseTTL
+		}
+		d.watch, d.watchWait = res.HolderSlot, res.Wait
+	case slot.OutcomeAlive:
+		d.unwatch = true // and watch it again, for as long as the lease has left
+		d.watch, d.watchWait = c.Slot, res.Wait
+	case slot.OutcomeAbandoned:
+		d.unwatch = true
+		d.level, d.msg = slog.LevelWarn, "slot abandoned: its owner lost its lease"
+	case slot.OutcomeClosed, slot.OutcomeGone:
+		d.unwatch = true
+	case slot.OutcomeEarly:
+		d.retryIn = max(res.Wait, time.Millisecond)
+		if c.Kind != slot.ClaimExpire { // Redis's clock says this replica's runs ahead
+			d.probe = true // and send says so once per batch, at WARN
+			d.level, d.msg = slog.LevelDebug, "claim refused by Redis: the slot is further ahead of Redis's clock than max_skew"
+		}
+	default:
+		d.outcome, d.backoff = outcomeError, true
+		d.level, d.msg = slog.LevelError, "claim answered with an unknown outcome; retrying"
+	}
+	return d
+}

@@ -1,0 +1,280 @@
+package scheduler
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/slotcron/slotcron/slot"
+)
+
+// maxBatch bounds one batch of claims; a larger backlog goes out over several
+// ticks.
+const maxBatch = 5000
+
+// coalesce is how early a takeover check may go out to share a round trip
+// with claims due now; checking early only answers "alive".
+const coalesce = 100 * time.Millisecond
+
+// loop waits on one timer for the earliest due slot or claim, sends every
+// claim due then in one batch, and repeats until ctx ends. It never polls.
+// Between batches it takes the events of the goroutines that run jobs.
+func (r *runner) loop(ctx context.Context) {
+	for {
+		r.dispatch(ctx, r.clock.Now())
+		t := r.clock.NewTimer(r.nextDue().Sub(r.clock.Now()))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		case ev := <-r.runEnded:
+			r.onRunEnded(ev)
+		}
+		t.Stop()
+	}
+}
+
+// onRunEnded acts on a run that has returned.
+func (r *runner) onRunEnded(ev runEnded) {
+	now := r.clock.Now()
+	if ev.leftRunning {
+		r.watch(now, ev.job, ev.claim.Slot, -1)
+	}
+	if ev.claim.Kind == slot.ClaimCatchup {
+		r.nextCatchup(now, ev.job)
+	}
+}
+
+// nextDue is the earliest time something is due.
+func (r *runner) nextDue() time.Time {
+	var due time.Time
+	for _, n := range r.next {
+		if due.IsZero() || n.Before(due) {
+			due = n
+		}
+	}
+	if len(r.queue) > 0 && (due.IsZero() || r.queue[0].due.Before(due)) {
+		due = r.queue[0].due
+	}
+	if len(r.backlog) > 0 {
+		due = r.clock.Now()
+	}
+	return due
+}
+
+func (r *runner) push(due time.Time, j *jobState, c slot.Claim) {
+	heap.Push(&r.queue, &pending{due: due, job: j, claim: c})
+}
+
+// dispatch sends, in one round trip, every claim due at now.
+func (r *runner) dispatch(ctx context.Context, now time.Time) {
+	var batch []*pending
+	for _, j := range r.s.jobs {
+		for n := r.next[j]; !n.After(now) && len(batch) < maxBatch; n = r.next[j] {
+			batch = append(batch, &pending{due: n, job: j, claim: r.claim(slot.ClaimLive, j, n)})
+			r.next[j] = j.sched.Next(n)
+		}
+	}
+	for len(r.queue) > 0 && !r.queue[0].due.After(now) && len(batch) < maxBatch {
+		batch = append(batch, heap.Pop(&r.queue).(*pending))
+	}
+	for _, j := range r.s.jobs { // last: slots to record missed, oldest first
+		rest := r.backlog[j]
+		for len(rest) > 0 && len(batch) < maxBatch {
+			batch = append(batch, &pending{due: now, job: j, claim: r.claim(slot.ClaimMiss, j, rest[0])})
+			rest = rest[1:]
+		}
+		if len(rest) == 0 {
+			delete(r.backlog, j)
+		} else {
+			r.backlog[j] = rest
+		}
+	}
+	if len(batch) == 0 {
+		return
+	}
+	// Takeover checks due soon ride along: fewer, fuller round trips.
+	var later []*pending
+	for len(r.queue) > 0 && !r.queue[0].due.After(now.Add(coalesce)) && len(batch) < maxBatch {
+		p := heap.Pop(&r.queue).(*pending)
+		if p.claim.Kind == slot.ClaimTakeover {
+			batch = append(batch, p)
+		} else {
+			later = append(later, p)
+		}
+	}
+	for _, p := range later {
+		heap.Push(&r.queue, p)
+	}
+	if drift, stepped := r.s.clockStepped(now); stepped {
+		// Claims decided on a clock that just stepped could go out far too
+		// early or late: measure it against Redis first.
+		r.log.Warn("this replica's clock stepped: measuring it against Redis before claiming", "step", drift.Round(time.Millisecond).String())
+		pctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+		if err := r.s.probe(pctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("cannot measure the clock against Redis", "error", err)
+		}
+		cancel()
+	}
+	if offset, refused := r.s.refused(); refused {
+		r.refuse(now, batch, offset)
+		return
+	}
+	r.send(ctx, batch)
+}
+
+// refuse handles a batch while the clock is off by more than max_skew: live
+// slots are left to the replicas whose clocks agree with Redis; so that a
+// slot still ends with a record when every replica refuses, each is sent
+// again as an expire claim, which Redis answers once the slot's misfire grace
+// has passed on its own clock (recorded missed, unless a replica ran it).
+// The rest waits, and so do expire claims.
+func (r *runner) refuse(now time.Time, batch []*pending, offset time.Duration) {
+	for _, p := range batch {
+		if p.claim.Kind == slot.ClaimLive {
+			r.log.Error("refusing to claim: this replica's clock is off by more than max_skew",
+				"slotcron.job", p.job.Name, "slotcron.slot", p.claim.Slot.UTC().Format(time.RFC3339),
+				"slotcron.outcome", outcomeRefused, "offset", offset.String(), "max_skew", r.s.cfg.maxSkew.String())
+			r.s.tel.claimed(p.job.Name, outcomeRefused)
+			r.s.tel.beginSlot(context.Background(), "slot", p.job.Name, p.claim.Slot).end(ending{outcome: outcomeRefused})
+			c := r.claim(slot.ClaimExpire, p.job, p.claim.Slot)
+			c.Deadline = p.claim.Deadline
+			c.Reason = fmt.Sprintf("no replica claimed the slot; %s refused: its clock is off Redis's by %v, more than max_skew %v",
+				r.self, offset.Round(time.Millisecond), r.s.cfg.maxSkew)
+			r.push(c.Deadline, p.job, c)
+			continue
+		}
+		if p.claim.Kind == slot.ClaimExpire { // Redis decides; its clock is the one that counts
+			r.send(context.Background(), []*pending{p})
+			continue
+		}
+		p.due = now.Add(time.Second)
+		heap.Push(&r.queue, p)
+	}
+}
+
+// send claims a batch in one round trip and acts on each answer.
+func (r *runner) send(ctx context.Context, batch []*pending) {
+	claims := make([]slot.Claim, len(batch))
+	for i, p := range batch {
+		claims[i] = p.claim
+	}
+	traces := r.s.tel.beginSlots(ctx, len(batch), func(i int) (string, string, time.Time) {
+		if batch[i].claim.Kind == slot.ClaimTakeover {
+			return "slot.watch", batch[i].job.Name, batch[i].claim.Slot
+		}
+		return "slot", batch[i].job.Name, batch[i].claim.Slot
+	})
+	claiming(traces)
+	cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+	results, err := r.s.claimer.Claim(cctx, claims)
+	cancel()
+	if err != nil { // the batch itself was invalid: a bug, not Redis
+		r.log.Error("claim batch refused", "error", err)
+		for _, st := range traces {
+			st.end(ending{outcome: outcomeError, err: err})
+		}
+		return
+	}
+	for i, res := range results {
+		traces[i].answered(res, nil)
+		if res.Err != nil {
+			r.s.probeSoon() // Redis may have restarted: check its epoch once it answers
+		}
+	}
+	now := r.clock.Now()
+	early := 0
+	for i, res := range results {
+		if res.Outcome == slot.OutcomeEarly && batch[i].claim.Kind == slot.ClaimLive {
+			early++
+		}
+		r.apply(ctx, now, batch[i], res, traces[i])
+	}
+	if early > 0 {
+		r.log.Warn("claims refused by Redis: their slots are further ahead of Redis's clock than max_skew, so this replica's clock runs ahead; measuring it again",
+			"claims", early, "max_skew", r.s.cfg.maxSkew.String())
+	}
+}
+
+// apply carries out decide's decision on the answer to one claim. A won slot's
+// trace goes on with its run; every other trace ends here.
+func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.Result, st *slotTrace) {
+	j, c := p.job, p.claim
+	d := decide(c, res, r.self)
+	r.s.tel.claimed(j.Name, d.outcome)
+	if res.Unreplicated {
+		r.s.tel.unreplicated(j.Name)
+	}
+	if d.unwatch {
+		delete(r.watching, slotKey{j.Name, c.Slot.Unix()})
+	}
+	if !d.run {
+		defer st.end(ending{outcome: d.outcome, holder: res.Holder, fence: res.Fence, attempt: res.Attempt, err: res.Err})
+	}
+	if d.msg != "" && r.log.Enabled(ctx, d.level) {
+		attrs := []any{"slotcron.job", j.Name, "slotcron.slot", c.Slot.UTC().Format(time.RFC3339),
+			"slotcron.outcome", d.outcome, "claim", c.Kind.String()}
+		switch {
+		case res.Err != nil:
+			attrs = append(attrs, "error", res.Err, "tries", p.tries+1)
+		case res.Outcome == slot.OutcomeMissed:
+			attrs = append(attrs, "late", res.Late.String(), "reason", c.Reason)
+		case res.Holder != "":
+			attrs = append(attrs, "slotcron.holder", res.Holder, "state", string(res.State), "slotcron.attempt", res.Attempt)
+			if !res.HolderSlot.IsZero() {
+				attrs = append(attrs, "holder_slot", res.HolderSlot.UTC().Format(time.RFC3339))
+			}
+		}
+		r.log.Log(ctx, d.level, d.msg, attrs...)
+	}
+	if d.run {
+		r.start(j, c, res.Lease, st)
+		return
+	}
+	if !d.watch.IsZero() {
+		r.watch(now, j, d.watch, d.watchWait)
+	}
+	if d.probe {
+		r.s.probeSoon()
+	}
+	switch {
+	case d.retryIn > 0:
+		p.due = now.Add(d.retryIn)
+		heap.Push(&r.queue, p)
+	case d.backoff && ctx.Err() == nil: // shutting down: nothing more is claimed
+		p.tries++
+		p.due = now.Add(backoff(p.tries))
+		heap.Push(&r.queue, p)
+	case d.retryAfter > 0:
+		p.due = now.Add(afterLease(d.retryAfter, j.LeaseTTL))
+		heap.Push(&r.queue, p)
+	}
+	if d.nextCatchup {
+		r.nextCatchup(now, j)
+	}
+}
+
+// watch looks at a running slot again when its owner's lease would expire
+// (after wait; soon when wait is -1), to settle it by policy if the owner is
+// gone.
+func (r *runner) watch(now time.Time, j *jobState, at time.Time, wait time.Duration) {
+	k := slotKey{j.Name, at.Unix()}
+	if r.watching[k] {
+		return
+	}
+	r.watching[k] = true
+	r.push(now.Add(afterLease(wait, j.LeaseTTL)), j, r.claim(slot.ClaimTakeover, j, at))
+}
+
+// nextCatchup sends the next catch-up slot of j, if any: one at a time.
+func (r *runner) nextCatchup(now time.Time, j *jobState) {
+	rest := r.catchup[j]
+	if len(rest) == 0 {
+		delete(r.catchup, j)
+		return
+	}
+	r.catchup[j] = rest[1:]
+	r.push(now, j, r.claim(slot.ClaimCatchup, j, rest[0]))
+}

@@ -1,0 +1,176 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// dropWin is a Claimer that loses the reply of the first batch in which it
+// wins a slot: the claim happened in Redis, but the replica sees a timeout,
+// as when a reply is lost on the network.
+type dropWin struct {
+	*slotstore.Store
+	mu      sync.Mutex
+	armed   bool
+	dropped bool
+}
+
+func (d *dropWin) arm() { d.mu.Lock(); d.armed = true; d.mu.Unlock() }
+
+func (d *dropWin) hasDropped() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.dropped }
+
+func (d *dropWin) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	res, err := d.Store.Claim(ctx, claims)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err != nil || !d.armed || d.dropped {
+		return res, err
+	}
+	for _, r := range res {
+		if r.Outcome == slot.OutcomeWon {
+			d.dropped = true
+			lost := make([]slot.Result, len(res))
+			for i := range lost {
+				lost[i] = slot.Result{Err: errors.New("dropWin: i/o timeout (the reply was lost)"), Wait: -1}
+			}
+			return lost, nil
+		}
+	}
+	return res, nil
+}
+
+// TestLostClaimReplyIsRecognised: the reply of a won claim is lost. The
+// replica's retry must be recognised as the same claim (same token), so the
+// slot runs once, on this replica; it must not be left "running" with no
+// run behind it, blocking the job's later slots as skipped.
+func TestLostClaimReplyIsRecognised(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		key := "starts"
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 2 * time.Second}}
+		reg := registry(t, map[string]jobs.Func{"j": recorder(h.rdb, key, 10*time.Millisecond)})
+		var d *dropWin
+		h.startWith("r1", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { d = &dropWin{Store: s}; return d }}, reg, table)
+		// The replica starts at a whole second, with two slots due at once
+		// (the one before, within max_skew, and this one): the second is
+		// skipped behind the first's run. The slots under test come after.
+		sleepUntil(nextSecond(0).Add(500 * time.Millisecond))
+		d.arm()
+		first := nextSecond(0)
+		sleepUntil(first.Add(4500 * time.Millisecond))
+		if !d.hasDropped() {
+			t.Fatal("no reply was dropped: the test shows nothing")
+		}
+		runs := map[int64]int{}
+		for _, s := range h.starts(key) {
+			runs[s.slot]++
+		}
+		for at := first.Unix(); at < first.Unix()+4; at++ {
+			rec, ok := h.record("j", at)
+			if runs[at] != 1 || !ok || rec.State != slot.StateDone {
+				t.Errorf("slot %d: %d runs, record %s %q (found %v); want 1 run, done", at, runs[at], rec.State, rec.Error, ok)
+			}
+		}
+	})
+}
+
+// TestRedisPausedPastTheClaimTimeout: Redis stops answering (SIGSTOP) for 6s
+// at a slot, longer than the 5s claim timeout. The claim reaches Redis and
+// runs when it resumes, after the replica gave up on it; the replica's retry
+// must be recognised as that claim, and the slot must run, once. Later slots
+// must not stay skipped behind a lease nobody renews.
+func TestRedisPausedPastTheClaimTimeout(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		key := "starts"
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 10s", LeaseTTL: 3 * time.Second}}
+		reg := registry(t, map[string]jobs.Func{"j": recorder(h.rdb, key, 10*time.Millisecond)})
+		h.start("r1", reg, table)
+		paused := time.Unix(time.Now().Unix()/10*10+10, 0) // the next slot
+		sleepUntil(paused.Add(-time.Millisecond))
+		h.pauseRedis()
+		sleepUntil(paused.Add(6 * time.Second))
+		h.resumeRedis()
+		sleepUntil(paused.Add(35 * time.Second))
+
+		runs := map[int64]int{}
+		for _, s := range h.starts(key) {
+			runs[s.slot]++
+		}
+		for at := paused; at.Before(paused.Add(31 * time.Second)); at = at.Add(10 * time.Second) {
+			rec, ok := h.record("j", at.Unix())
+			if runs[at.Unix()] != 1 || !ok || rec.State != slot.StateDone {
+				t.Errorf("slot %s: %d runs, record %s %q (found %v); want 1 run, done",
+					at.Format(time.TimeOnly), runs[at.Unix()], rec.State, rec.Error, ok)
+			}
+		}
+	})
+}
+
+// TestRollingDeployOverlapChange: mid-deploy, the old replica runs a job with
+// overlap skip and the new one with overlap allow. The new replica watches the
+// old one's long run; it must judge it by the lease the record names and see
+// it alive, never run the slot as attempt 2 beside attempt 1.
+func TestRollingDeployOverlapChange(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		key := "starts"
+		job := scheduler.Job{Name: "long", Schedule: "@every 1m", LeaseTTL: time.Second,
+			OnOwnerLost: scheduler.OwnerLostRetry, MaxAttempts: 3}
+		reg := func() *jobs.Registry {
+			return registry(t, map[string]jobs.Func{"long": recorder(h.rdb, key, 20*time.Second)})
+		}
+		sleepUntil(time.Unix(time.Now().Unix()/60*60+59, 0)) // just before a slot
+		h.start("old", reg(), []scheduler.Job{job})
+		allow := job
+		allow.Overlap = scheduler.OverlapAllow
+		h.start("new", reg(), []scheduler.Job{allow})
+		sleepUntil(time.Unix(time.Now().Unix()/60*60+60+59, 0)) // the run is over; before the next slot
+		starts := h.starts(key)
+		if len(starts) != 1 || starts[0].attempt != 1 {
+			t.Fatalf("starts %+v; want attempt 1 only", starts)
+		}
+		rec, _ := h.record("long", starts[0].slot)
+		if rec.State != slot.StateDone || rec.Attempt != 1 {
+			t.Fatalf("record %+v; want done at attempt 1", rec)
+		}
+	})
+}
+
+// TestRestartSettlesEveryRunningSlot: a lone replica runs a long slot S and
+// records S+10s skipped behind it, then crashes mid-run (it never reaches
+// Redis again). Restarted after more than one TTL, it must settle S by its
+// policy (abandon), not only check its latest record (the skipped one): no
+// slot may stay "running" with nobody behind it.
+func TestRestartSettlesEveryRunningSlot(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		key := "starts"
+		table := []scheduler.Job{{Name: "long", Schedule: "@every 10s", LeaseTTL: 2 * time.Second}}
+		reg := func() *jobs.Registry {
+			return registry(t, map[string]jobs.Func{"long": recorder(h.rdb, key, time.Minute)})
+		}
+		s := time.Unix(time.Now().Unix()/10*10+10, 0)
+		sleepUntil(s.Add(-time.Second))
+		old := h.start("a", reg(), table)
+		sleepUntil(s.Add(12 * time.Second))
+		if rec, _ := h.record("long", s.Add(10*time.Second).Unix()); rec.State != slot.StateSkipped {
+			t.Fatalf("slot S+10s: %+v, want skipped behind S's run", rec)
+		}
+		old.net.freeze() // the crash: nothing of it reaches Redis again
+		sleepUntil(s.Add(15 * time.Second))
+		h.start("a-restarted", reg(), table)
+		sleepUntil(s.Add(25 * time.Second))
+		rec, _ := h.record("long", s.Unix())
+		if rec.State != slot.StateAbandoned {
+			t.Fatalf("slot S after the restart: %s %q; want abandoned, not left running", rec.State, rec.Error)
+		}
+		if rec, _ := h.record("long", s.Add(20*time.Second).Unix()); rec.State != slot.StateRunning || rec.Owner != "a-restarted" {
+			t.Fatalf("slot S+20s: %+v, want running on the restarted replica", rec)
+		}
+	})
+}

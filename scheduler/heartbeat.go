@@ -1,0 +1,239 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slotcron/slotcron/slot"
+)
+
+// DefaultHeartbeatEvery is how often a replica publishes itself in the
+// registry. A replica not seen for three periods is no longer live.
+const DefaultHeartbeatEvery = 5 * time.Second
+
+// Disagreement is a job on which this replica and a live peer differ: the
+// peer runs it with other settings, or does not run it, or a deployment
+// under another key prefix on the same Redis runs it too (then each prefix
+// runs its slots once: twice in all).
+type Disagreement struct {
+	Job    string
+	Peer   string // a replica ID, or "prefix <p>" for another deployment
+	Mine   string // this replica's settings line; "" when its table lacks the job
+	Theirs string // the peer's; "" when its table lacks the job
+}
+
+func (d Disagreement) String() string {
+	switch {
+	case strings.HasPrefix(d.Peer, "prefix "):
+		return fmt.Sprintf("job %s also runs under key %s on this Redis: each prefix runs its slots", d.Job, d.Peer)
+	case d.Theirs == "":
+		return fmt.Sprintf("job %s: %s does not run it", d.Job, d.Peer)
+	case d.Mine == "":
+		return fmt.Sprintf("job %s: %s runs it, this replica does not", d.Job, d.Peer)
+	}
+	mine, theirs := differing(d.Mine, d.Theirs)
+	return fmt.Sprintf("job %s: %s runs it with %s; this replica with %s", d.Job, d.Peer, theirs, mine)
+}
+
+// setting is one key=value of a settings line; a value may be quoted.
+var setting = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S+)`)
+
+// differing returns the settings of a and b that differ, each side in order.
+func differing(a, b string) (string, string) {
+	values := func(line string) ([]string, map[string]string) {
+		var keys []string
+		m := map[string]string{}
+		for _, kv := range setting.FindAllStringSubmatch(line, -1) {
+			keys = append(keys, kv[1])
+			m[kv[1]] = kv[0]
+		}
+		return keys, m
+	}
+	keys, am := values(a)
+	_, bm := values(b)
+	var da, db []string
+	for _, k := range keys {
+		if am[k] != bm[k] {
+			da, db = append(da, am[k]), append(db, bm[k])
+		}
+	}
+	return strings.Join(da, " "), strings.Join(db, " ")
+}
+
+// peerView is what the last heartbeat found. One mutex guards it: the
+// heartbeat loop writes, Replicas reads.
+type peerView struct {
+	mu            sync.Mutex
+	reg           slot.Registry
+	disagreements []Disagreement
+}
+
+// Replicas returns what this replica's last heartbeat found: every live
+// replica of the deployment, itself included, and the jobs on which they
+// disagree. It does not block on Redis.
+func (s *Scheduler) Replicas() (slot.Registry, []Disagreement) {
+	s.peers.mu.Lock()
+	defer s.peers.mu.Unlock()
+	return s.peers.reg, slices.Clone(s.peers.disagreements)
+}
+
+// settings is a job's settings in one canonical line: replicas agree on a
+// job when their lines are equal.
+func settings(j Job) string {
+	return fmt.Sprintf("schedule=%q overlap=%s lease_ttl=%v on_owner_lost=%s max_attempts=%d misfire_grace=%v "+
+		"catchup=%s catchup_window=%v timeout=%v retention=%v", j.Schedule, j.Overlap, j.LeaseTTL, j.OnOwnerLost,
+		j.MaxAttempts, j.MisfireGrace, j.Catchup, j.CatchupWindow, j.Timeout, j.Retention)
+}
+
+// buildVersion is the main module's version and VCS revision, from the
+// build info.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, st := range bi.Settings {
+		switch {
+		case st.Key == "vcs.revision" && len(st.Value) >= 12:
+			v += " " + st.Value[:12]
+		case st.Key == "vcs.modified" && st.Value == "true":
+			v += "+dirty"
+		}
+	}
+	return v
+}
+
+// me is this replica as its heartbeat publishes it.
+func (s *Scheduler) me() slot.Replica {
+	offset, _ := s.Offset()
+	jobs := make(map[string]string, len(s.jobs))
+	for _, j := range s.jobs {
+		jobs[j.Name] = settings(j.Job)
+	}
+	return slot.Replica{ID: s.cfg.replica, Instance: s.instance, Version: s.cfg.version, Started: s.started0,
+		Offset: offset, Jobs: jobs}
+}
+
+func (s *Scheduler) staleAfter() time.Duration { return 3 * s.cfg.heartbeatEvery }
+
+// heartbeat publishes this replica and takes in what its peers published.
+func (s *Scheduler) heartbeat(ctx context.Context) error {
+	reg, err := s.claimer.Heartbeat(ctx, s.me(), s.staleAfter())
+	if err != nil {
+		return err
+	}
+	dis := disagreements(s.me(), s.cfg.keyPrefix, reg)
+	s.peers.mu.Lock()
+	before := s.peers.disagreements
+	s.peers.reg, s.peers.disagreements = reg, dis
+	s.peers.mu.Unlock()
+	s.tel.disagree(len(dis))
+	if !slices.Equal(before, dis) {
+		for _, d := range dis {
+			s.log.Warn("replicas disagree: "+d.String(), "slotcron.replica", s.cfg.replica, "slotcron.job", d.Job, "peer", d.Peer)
+		}
+		if len(dis) == 0 && len(before) > 0 {
+			s.log.Info("replicas agree again on every job", "slotcron.replica", s.cfg.replica)
+		}
+	}
+	return nil
+}
+
+// register publishes this replica for the first time. Another live process
+// with its ID may be its own crashed predecessor, whose entry goes stale
+// within three heartbeats: register waits that long, then refuses, with an
+// error wrapping slot.ErrDuplicateReplica.
+func (r *runner) register(ctx context.Context) error {
+	var since time.Time
+	for tries := 0; ; tries++ {
+		hctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+		err := r.s.heartbeat(hctx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return nil // stopped before it started
+		case errors.Is(err, slot.ErrDuplicateReplica):
+			now := r.clock.Now()
+			if since.IsZero() {
+				since = now
+				r.log.Warn("replica ID in use: waiting to see whether it is this replica's crashed predecessor",
+					"error", err, "wait", r.s.staleAfter().String())
+			}
+			if now.Sub(since) > r.s.staleAfter() {
+				r.log.Error("replica ID in use by another live process: refusing to start; give each replica its own ID",
+					"error", err)
+				return err
+			}
+			if !r.sleep(ctx, r.s.cfg.heartbeatEvery) {
+				return nil
+			}
+		default:
+			r.log.Error("scheduler start: cannot register this replica; retrying", "error", err)
+			if !r.sleep(ctx, backoff(tries)) {
+				return nil
+			}
+		}
+	}
+}
+
+// heartbeatLoop publishes this replica every period until ctx ends.
+func (r *runner) heartbeatLoop(ctx context.Context) {
+	for r.sleep(ctx, r.s.cfg.heartbeatEvery) {
+		hctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+		err := r.s.heartbeat(hctx)
+		cancel()
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, slot.ErrDuplicateReplica):
+			r.s.tel.duplicate()
+			r.log.Error("another live process now uses this replica's ID: records, leases and logs can't tell them apart", "error", err)
+		default:
+			r.log.Warn("heartbeat failed", "error", err)
+		}
+	}
+}
+
+// disagreements compares me with every live peer's table, and with the
+// other deployments on the same Redis.
+func disagreements(me slot.Replica, prefix string, reg slot.Registry) []Disagreement {
+	var out []Disagreement
+	for _, p := range reg.Replicas {
+		if p.ID == me.ID {
+			continue
+		}
+		for job, mine := range me.Jobs {
+			if theirs := p.Jobs[job]; theirs != mine {
+				out = append(out, Disagreement{Job: job, Peer: p.ID, Mine: mine, Theirs: theirs})
+			}
+		}
+		for job, theirs := range p.Jobs {
+			if _, ok := me.Jobs[job]; !ok {
+				out = append(out, Disagreement{Job: job, Peer: p.ID, Theirs: theirs})
+			}
+		}
+	}
+	for _, d := range reg.Deployments {
+		if d.Prefix == prefix {
+			continue
+		}
+		for _, job := range d.Jobs {
+			if mine, ok := me.Jobs[job]; ok {
+				out = append(out, Disagreement{Job: job, Peer: "prefix " + d.Prefix, Mine: mine})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Disagreement) int {
+		return strings.Compare(a.Job+"\x00"+a.Peer, b.Job+"\x00"+b.Peer)
+	})
+	return out
+}

@@ -1,0 +1,171 @@
+package scheduler
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/base64"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/slotcron/slotcron/slot"
+)
+
+// runner is one Run of a Scheduler. The loop goroutine owns every field but
+// the channels and the goroutines' wait groups; the goroutines that run jobs
+// tell it what happened with typed events.
+type runner struct {
+	s     *Scheduler
+	clock Clock
+	log   *slog.Logger
+	self  string
+
+	// Owned by the loop goroutine.
+	tokenBase string                    // random, per Run: claim tokens are tokenBase.N
+	tokens    uint64                    // claim tokens made so far
+	next      map[*jobState]time.Time   // the next live slot
+	queue     pendingQueue              // retries, catch-ups, watches
+	backlog   map[*jobState][]time.Time // slots to record missed at start, sent maxBatch at a time
+	catchup   map[*jobState][]time.Time // catch-up slots after the one in flight
+	watching  map[slotKey]bool
+
+	runEnded chan runEnded // from run goroutines to the loop
+	loopDone chan struct{} // closed when the loop has returned: nobody receives events
+
+	jobsWG   sync.WaitGroup
+	killCtx  context.Context // cancelled when the shutdown grace has passed
+	kill     context.CancelFunc
+	renew    *renewer
+	finisher *finisher
+}
+
+// runEnded tells the loop that a run has returned and its outcome has been
+// recorded (or could not be).
+type runEnded struct {
+	job   *jobState
+	claim slot.Claim // the claim that won the run
+	// leftRunning: the lease was lost under on_owner_lost: retry, so the
+	// record stays running for a takeover, by any replica, this one included.
+	leftRunning bool
+}
+
+func newRunner(s *Scheduler) *runner {
+	killCtx, kill := context.WithCancel(context.Background())
+	return &runner{
+		s:         s,
+		clock:     s.cfg.clock,
+		log:       s.log.With("slotcron.replica", s.cfg.replica),
+		self:      s.cfg.replica,
+		tokenBase: newTokenBase(),
+		next:      map[*jobState]time.Time{},
+		catchup:   map[*jobState][]time.Time{},
+		backlog:   map[*jobState][]time.Time{},
+		watching:  map[slotKey]bool{},
+		runEnded:  make(chan runEnded),
+		loopDone:  make(chan struct{}),
+		killCtx:   killCtx,
+		kill:      kill,
+		renew:     newRenewer(s),
+		finisher:  newFinisher(s),
+	}
+}
+
+func (r *runner) run(ctx context.Context) error {
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var bgWG sync.WaitGroup
+	bgWG.Add(2)
+	go func() { defer bgWG.Done(); r.renew.loop(bg) }()
+	go func() { defer bgWG.Done(); r.finisher.loop(bg) }()
+
+	err := r.register(ctx)
+	if err == nil && r.startup(ctx) {
+		bgWG.Add(2)
+		go func() { defer bgWG.Done(); r.s.clockLoop(ctx) }()
+		go func() { defer bgWG.Done(); r.heartbeatLoop(ctx) }()
+		r.loop(ctx)
+	}
+	close(r.loopDone)
+	r.drain()
+	stopBG()
+	bgWG.Wait()
+	r.kill()
+	r.log.Info("scheduler stopped")
+	return err
+}
+
+// ended tells the loop that a run has ended, unless the loop has returned.
+func (r *runner) ended(ev runEnded) {
+	select {
+	case r.runEnded <- ev:
+	case <-r.loopDone:
+	}
+}
+
+// drain waits for running jobs for the shutdown grace, then cancels them and
+// waits for them to record their outcome.
+func (r *runner) drain() {
+	done := make(chan struct{})
+	go func() { r.jobsWG.Wait(); close(done) }()
+	t := r.clock.NewTimer(r.s.cfg.shutdownGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C():
+	}
+	r.log.Warn("shutdown grace is over: cancelling running jobs", "grace", r.s.cfg.shutdownGrace.String())
+	r.kill()
+	<-done
+}
+
+func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
+	t := r.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
+}
+
+// claim returns the request for one slot of j. A claim that can win gets a
+// token of its own, which it keeps when it is sent again: a claim whose reply
+// was lost is then recognised as the same claim.
+func (r *runner) claim(kind slot.Kind, j *jobState, at time.Time) slot.Claim {
+	c := claim(kind, j.Job, at, r.self)
+	if kind == slot.ClaimLive {
+		c.MaxEarly = r.s.cfg.maxSkew
+	}
+	if kind != slot.ClaimMiss && kind != slot.ClaimExpire {
+		r.tokens++
+		c.Token = r.tokenBase + "." + strconv.FormatUint(r.tokens, 10)
+	}
+	return c
+}
+
+// newTokenBase returns 128 random bits, base64url-encoded.
+func newTokenBase() string {
+	var b [16]byte
+	if _, err := crand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// backoff is the wait before retry number tries+1: 100ms doubling to 5s, jittered.
+func backoff(tries int) time.Duration {
+	d := 100 * time.Millisecond << min(tries, 6)
+	d = min(d, 5*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+// afterLease is when to look again at a slot whose lease has wait left: just
+// after it would run out, with a margin of a tenth of the TTL, jittered so
+// that the replicas watching it do not all ask at once.
+func afterLease(wait, ttl time.Duration) time.Duration {
+	margin := max(ttl/10, 20*time.Millisecond)
+	return max(wait, 0) + margin/2 + rand.N(margin/2+1)
+}

@@ -1,0 +1,176 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+)
+
+// scripted is a Claimer that answers every claim of a job with the outcome
+// the job is named after: a stand-in for the store, which the slot contract
+// makes possible. Time is off by skew.
+type scripted struct {
+	skew    time.Duration
+	refuse  bool // every batch is refused as invalid
+	mu      sync.Mutex
+	leases  map[slot.Lease]context.CancelCauseFunc
+	answers map[string]int
+}
+
+type scriptedLease struct {
+	c   slot.Claim
+	ctx context.Context
+}
+
+func (l *scriptedLease) Job() string              { return l.c.Job }
+func (l *scriptedLease) Slot() time.Time          { return l.c.Slot }
+func (l *scriptedLease) Replica() string          { return l.c.Replica }
+func (l *scriptedLease) Token() string            { return "token" }
+func (l *scriptedLease) Fence() int64             { return 1 }
+func (l *scriptedLease) Attempt() int             { return 1 }
+func (l *scriptedLease) TTL() time.Duration       { return l.c.LeaseTTL }
+func (l *scriptedLease) Context() context.Context { return l.ctx }
+func (l *scriptedLease) Deadline() time.Time      { return time.Now().Add(l.c.LeaseTTL) }
+
+func (s *scripted) Prepare(context.Context) error { return nil }
+func (s *scripted) Probe(context.Context) (slot.Probe, error) {
+	return slot.Probe{Now: time.Now().Add(s.skew), Epoch: "scripted"}, nil
+}
+func (s *scripted) Heartbeat(_ context.Context, me slot.Replica, _ time.Duration) (slot.Registry, error) {
+	return slot.Registry{Now: time.Now(), Replicas: []slot.Replica{me}}, nil
+}
+func (s *scripted) JobStates(context.Context, []string) (map[string]slot.JobState, error) {
+	return nil, nil
+}
+
+func (s *scripted) Claim(_ context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	if s.refuse {
+		return nil, errors.New("scripted: the batch is invalid")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]slot.Result, len(claims))
+	for i, c := range claims {
+		s.answers[c.Job]++
+		r := slot.Result{Outcome: slot.Outcome(c.Job), Wait: time.Second, Holder: "other", State: slot.StateRunning}
+		switch c.Job {
+		case "won":
+			ctx, cancel := context.WithCancelCause(context.Background())
+			l := &scriptedLease{c: c, ctx: ctx}
+			s.leases[l] = cancel
+			r.Lease, r.Holder = l, c.Replica
+		case "lost", "closed":
+			r.State = slot.StateDone
+		case "skipped", "busy":
+			r.HolderSlot = c.Slot.Add(-time.Second)
+		case "error":
+			r = slot.Result{Err: errors.New("scripted: no answer"), Wait: -1}
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+func (s *scripted) Renew(_ context.Context, leases []slot.Lease) []error {
+	return make([]error, len(leases))
+}
+
+func (s *scripted) Finish(_ context.Context, reqs []slot.FinishRequest) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range reqs {
+		s.leases[r.Lease](nil)
+		delete(s.leases, r.Lease)
+	}
+	return make([]error, len(reqs))
+}
+
+// TestEverySpanEnds runs a replica whose claims get every outcome there is,
+// one job per outcome, beside a replica whose clock is off (refused) and one
+// whose batches are refused as invalid, and asserts that every span the
+// scheduler started has ended once they stop, and that every outcome was on a
+// root span.
+func TestEverySpanEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		spans := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+		names := []string{"error", "paused"} // "paused": an outcome this version does not know
+		for _, o := range slot.Outcomes {
+			names = append(names, string(o))
+		}
+		reg := jobs.NewRegistry()
+		var table []scheduler.Job
+		for _, n := range names {
+			reg.Register(n, func(ctx context.Context, run jobs.Run) error {
+				t := time.NewTimer(300 * time.Millisecond)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+				}
+				return nil
+			})
+			table = append(table, scheduler.Job{Name: n, Schedule: "@every 1s", LeaseTTL: time.Second})
+		}
+		var stops []func()
+		run := func(id string, c *scripted) {
+			c.leases, c.answers = map[slot.Lease]context.CancelCauseFunc{}, map[string]int{}
+			s, err := scheduler.New(c, reg, scheduler.WithReplicaID(id), scheduler.WithJobs(table...),
+				scheduler.WithTracerProvider(tp), scheduler.WithClock(newStepClock(0)),
+				scheduler.WithLogger(slog.New(slog.DiscardHandler)), scheduler.WithShutdownGrace(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { s.Run(ctx); close(done) }()
+			stops = append(stops, func() { cancel(); <-done })
+		}
+		run("all-outcomes", &scripted{})
+		run("clock-off", &scripted{skew: time.Minute})
+		run("refused-batch", &scripted{refuse: true})
+		time.Sleep(3500 * time.Millisecond)
+		for _, stop := range stops {
+			stop()
+		}
+
+		ended := map[[8]byte]bool{}
+		outcomes := map[string]bool{}
+		for _, s := range spans.Ended() {
+			ended[s.SpanContext().SpanID()] = true
+			if s.Name() == "slot" || s.Name() == "slot.watch" {
+				for _, a := range s.Attributes() {
+					if a.Key == "slotcron.outcome" {
+						outcomes[a.Value.AsString()] = true
+					}
+				}
+			}
+		}
+		started := spans.Started()
+		for _, s := range started {
+			if !ended[s.SpanContext().SpanID()] {
+				t.Errorf("span %q (%v) was started and never ended", s.Name(), s.Attributes())
+			}
+		}
+		for _, want := range append(names, "refused_skew") {
+			if want == "paused" {
+				want = "error" // an unknown outcome is handled as an error
+			}
+			if !outcomes[want] {
+				t.Errorf("no slot span ended with outcome %q; got %v", want, outcomes)
+			}
+		}
+		t.Logf("%d spans started, all ended; outcomes seen: %d", len(started), len(outcomes))
+	})
+}

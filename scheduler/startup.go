@@ -1,0 +1,64 @@
+package scheduler
+
+import (
+	"context"
+	"time"
+
+	"github.com/slotcron/slotcron/slot"
+)
+
+// startup readies the protocol, measures the clock and plans every job,
+// retrying until Redis answers; false when ctx ended first.
+func (r *runner) startup(ctx context.Context) bool {
+	var states map[string]slot.JobState
+	steps := []struct {
+		what string
+		do   func(context.Context) error
+	}{
+		{"load scripts", r.s.claimer.Prepare},
+		{"measure the clock against Redis", r.s.probe},
+		{"read the jobs' latest and running slots", func(ctx context.Context) (err error) {
+			states, err = r.s.claimer.JobStates(ctx, r.s.jobNames())
+			return err
+		}},
+	}
+	for _, st := range steps {
+		for tries := 0; ; tries++ {
+			sctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+			err := st.do(sctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return false
+			}
+			r.log.Error("scheduler start: cannot "+st.what+"; retrying", "error", err)
+			if !r.sleep(ctx, backoff(tries)) {
+				return false
+			}
+		}
+	}
+	start := r.clock.Now()
+	for _, j := range r.s.jobs {
+		p := planStartup(j.Job, j.sched, states[j.Name], start, r.s.cfg.maxSkew)
+		r.next[j] = p.live
+		for _, at := range p.check {
+			r.watching[slotKey{j.Name, at.Unix()}] = true
+			r.push(start, j, r.claim(slot.ClaimTakeover, j, at))
+		}
+		if len(p.miss) > 0 {
+			r.backlog[j] = p.miss // recorded after the live slots and the catch-up run, a batch at a time
+		}
+		if len(p.run) > 0 {
+			r.catchup[j] = p.run[1:]
+			r.push(start, j, r.claim(slot.ClaimCatchup, j, p.run[0]))
+		}
+		if len(p.miss)+len(p.run) > 0 {
+			r.log.Info("catching up", "slotcron.job", j.Name, "catchup", string(j.Catchup),
+				"run", len(p.run), "missed", len(p.miss), "since", states[j.Name].Last.UTC().Format(time.RFC3339))
+		}
+	}
+	r.log.Info("scheduler started", "jobs", len(r.s.jobs))
+	return true
+}

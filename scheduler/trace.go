@@ -1,0 +1,202 @@
+package scheduler
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/slotcron/slotcron/slot"
+)
+
+// Span start options, built once.
+var (
+	noSpan          = trace.SpanFromContext(context.Background()) // a no-op span
+	slotSpanStart   = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal)}
+	clientSpanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+)
+
+// slotTrace is this replica's telemetry of one slot, carried from its claim
+// to its end: the root span ("slot", or "slot.watch" for a check on a running
+// slot), the lock.claim span of its claim and, for a won slot, the job.run and
+// lock.finish spans. end is the only way to close it, and it ends every span
+// that is still open, so no branch can leak one.
+type slotTrace struct {
+	tel   *telemetry
+	job   string
+	ctx   context.Context // carries the root span: the parent of every other
+	span  trace.Span
+	claim trace.Span // lock.claim until the answer; nil before and after
+	run   trace.Span // job.run while the job runs; nil before and after
+	// runCtx carries job.run: the job's spans, and the lease events, go under it.
+	runCtx context.Context
+}
+
+// ending is how a slot ends on this replica: the attributes of its root span.
+type ending struct {
+	outcome string
+	holder  string // the replica that holds or held the slot
+	fence   int64
+	attempt int
+	err     error
+}
+
+// beginSlots starts the traces of a batch of claims. When the first root span
+// has no trace ID, no SDK is installed (the global provider's default, or a
+// no-op provider), so every span would be a no-op: the others share a trace
+// that starts no span at all.
+func (t *telemetry) beginSlots(ctx context.Context, n int, at func(i int) (name, job string, slot time.Time)) []*slotTrace {
+	out := make([]*slotTrace, n)
+	for i := range n {
+		name, job, slot := at(i)
+		if i > 0 && !out[0].span.SpanContext().IsValid() {
+			out[i] = &slotTrace{tel: t, job: job, ctx: ctx, span: noSpan}
+			continue
+		}
+		out[i] = t.beginSlot(ctx, name, job, slot)
+	}
+	return out
+}
+
+// beginSlot starts one slot's trace, in the slot's own trace ID (see
+// IDGenerator).
+func (t *telemetry) beginSlot(ctx context.Context, name, job string, at time.Time) *slotTrace {
+	ctx = context.WithValue(ctx, slotTraceKey{}, slotRef{t.prefix, job, at})
+	ctx, span := t.tracer.Start(ctx, name, slotSpanStart...)
+	if span.IsRecording() {
+		span.SetAttributes(attrJob.String(job), attrSlot.String(at.UTC().Format(time.RFC3339)), attrReplica.String(t.replica))
+	}
+	return &slotTrace{tel: t, job: job, ctx: ctx, span: span}
+}
+
+// claiming starts the lock.claim span of each trace: one round trip serves
+// them all.
+func claiming(sts []*slotTrace) {
+	for _, st := range sts {
+		if !st.span.IsRecording() { // a dropped slot drops its claim
+			continue
+		}
+		_, st.claim = st.tel.tracer.Start(st.ctx, "lock.claim", clientSpanStart...)
+		if st.claim.IsRecording() {
+			st.claim.SetAttributes(attribute.Int("slotcron.batch", len(sts)))
+		}
+	}
+}
+
+// answered ends the lock.claim span with the claim's result, or with err when
+// the whole batch failed.
+func (st *slotTrace) answered(res slot.Result, err error) {
+	span := st.claim
+	st.claim = nil
+	switch {
+	case span == nil:
+		return
+	case !span.IsRecording():
+	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
+	case res.Err != nil:
+		span.RecordError(res.Err)
+		span.SetStatus(codes.Error, res.Err.Error())
+	case res.Outcome != "":
+		span.SetAttributes(attrOutcome.String(string(res.Outcome)))
+		if res.Holder != "" {
+			span.SetAttributes(attrHolder.String(res.Holder))
+		}
+	}
+	span.End()
+}
+
+// startRun starts the job.run span and returns its context.
+func (st *slotTrace) startRun() context.Context {
+	st.runCtx, st.run = st.tel.tracer.Start(st.ctx, "job.run")
+	return st.runCtx
+}
+
+// runDone ends the job.run span: how the run went, under which lease.
+func (st *slotTrace) runDone(lease slot.Lease, err error, text string) {
+	span := st.run
+	st.run = nil
+	if span == nil {
+		return
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attrFence.Int64(lease.Fence()), attrAttempt.Int(lease.Attempt()))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, text)
+		}
+	}
+	span.End()
+}
+
+// finishing runs record, which records the run's final state, in a
+// lock.finish span beside job.run.
+func (st *slotTrace) finishing(state slot.State, record func() error) error {
+	if !st.span.IsRecording() { // a dropped slot drops its finish
+		return record()
+	}
+	_, span := st.tel.tracer.Start(st.ctx, "lock.finish", clientSpanStart...)
+	err := record()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("slotcron.state", string(state)))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
+	return err
+}
+
+// renewed marks a confirmed renewal on job.run: the 1st, 2nd, 4th, 8th...,
+// so that a long run's span stays small.
+func (st *slotTrace) renewed(lease slot.Lease, n int) {
+	if n&(n-1) == 0 {
+		trace.SpanFromContext(st.runCtx).AddEvent("lease.renewed", trace.WithAttributes(
+			attribute.Int("slotcron.renewal", n), attribute.String("slotcron.valid_until", lease.Deadline().Format(time.RFC3339Nano))))
+	}
+}
+
+// renewFailed marks a renewal that got no answer on job.run.
+func (st *slotTrace) renewFailed(err error) {
+	trace.SpanFromContext(st.runCtx).AddEvent("lease.renew_failed", trace.WithAttributes(attribute.String("error", err.Error())))
+}
+
+// lost marks a lease lost mid-run on job.run.
+func (st *slotTrace) lost(cause error) {
+	trace.SpanFromContext(st.runCtx).AddEvent("lease.lost", trace.WithAttributes(attribute.String("slotcron.cause", cause.Error())))
+}
+
+// end ends the trace: any span still open, then the root span with e.
+func (st *slotTrace) end(e ending) {
+	if st.claim != nil {
+		st.answered(slot.Result{Err: e.err}, nil)
+	}
+	if st.run != nil {
+		st.run.End()
+		st.run = nil
+	}
+	span := st.span
+	st.span = noSpan
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	span.SetAttributes(attrOutcome.String(e.outcome))
+	if e.holder != "" {
+		span.SetAttributes(attrHolder.String(e.holder))
+	}
+	if e.fence > 0 {
+		span.SetAttributes(attrFence.Int64(e.fence))
+	}
+	if e.attempt > 0 {
+		span.SetAttributes(attrAttempt.Int(e.attempt))
+	}
+	if e.err != nil {
+		span.RecordError(e.err)
+		span.SetStatus(codes.Error, e.err.Error())
+	}
+	span.End()
+}

@@ -1,0 +1,193 @@
+package worker
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
+)
+
+// validate checks the config, defaults applied, and records every problem
+// on the line of the field it is about (or of its closest parent).
+func (c *Config) validate(d *decoder) {
+	bad := func(path, format string, args ...any) {
+		d.errorf(d.lineOf(path), path, format, args...)
+	}
+	r := c.Redis
+	switch r.Mode {
+	case ModeSingle:
+		if len(r.Addrs) != 1 {
+			bad("redis.addrs", "mode single takes one address, found %d", len(r.Addrs))
+		}
+	case ModeSentinel:
+		if len(r.Addrs) == 0 {
+			bad("redis.addrs", "mode sentinel needs the sentinels' addresses")
+		}
+		if r.MasterName == "" {
+			bad("redis.master_name", "mode sentinel needs the master's name")
+		}
+	case ModeCluster:
+		if len(r.Addrs) == 0 {
+			bad("redis.addrs", "mode cluster needs at least one node's address")
+		}
+		if r.DB != 0 {
+			bad("redis.db", "Redis Cluster has only database 0")
+		}
+	case ModeEmbedded:
+		if len(r.Addrs) > 0 {
+			bad("redis.addrs", "mode embedded runs its own in-process Redis; remove the addresses")
+		}
+	default:
+		bad("redis.mode", "must be single, sentinel, cluster or embedded, got %q", r.Mode)
+	}
+	for i, a := range r.Addrs {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			bad(fmt.Sprintf("redis.addrs[%d]", i), "%q is not host:port", a)
+		}
+	}
+	if r.DB < 0 {
+		bad("redis.db", "must be >= 0, got %d", r.DB)
+	}
+	if r.TLS.InsecureSkipVerify && !r.TLS.Enabled {
+		bad("redis.tls.insecure_skip_verify", "true, but tls.enabled is false")
+	}
+	if r.TLS.CAFile != "" {
+		if _, err := os.Stat(r.TLS.CAFile); err != nil {
+			bad("redis.tls.ca_file", "%v", err)
+		}
+		if !r.TLS.Enabled {
+			bad("redis.tls.ca_file", "set, but tls.enabled is false")
+		}
+	}
+	if r.WaitReplicas < 0 {
+		bad("redis.wait_replicas", "must be >= 0, got %d", r.WaitReplicas)
+	}
+	if r.WaitReplicas > 0 && r.Mode == ModeCluster {
+		bad("redis.wait_replicas", "is not supported on a Redis Cluster")
+	}
+	if r.WaitTimeout < 0 {
+		bad("redis.wait_timeout", "must be > 0, got %v", r.WaitTimeout)
+	}
+	if strings.ContainsAny(r.KeyPrefix, "{} ") {
+		bad("redis.key_prefix", "%q must be free of '{', '}' and spaces", r.KeyPrefix)
+	}
+	if c.Lease.TTL < scheduler.MinLeaseTTL {
+		// renew_every, by default a third of it, can't be judged against it.
+		bad("lease.ttl", "must be at least %v, got %v", scheduler.MinLeaseTTL, c.Lease.TTL)
+	} else if err := scheduler.CheckRenewEvery(c.Lease.RenewEvery, c.Lease.TTL); err != nil {
+		bad("lease.renew_every", "%v", err)
+	}
+	if c.Clock.WarnSkew <= 0 {
+		bad("clock.warn_skew", "must be > 0, got %v", c.Clock.WarnSkew)
+	}
+	if c.Clock.MaxSkew < c.Clock.WarnSkew {
+		bad("clock.max_skew", "must be >= clock.warn_skew (%v), got %v", c.Clock.WarnSkew, c.Clock.MaxSkew)
+	}
+	if c.HTTP.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+			bad("http.listen", "%q is not host:port (use :8080 for every interface, \"\" for no HTTP)", c.HTTP.Listen)
+		}
+	}
+	switch c.Tracing.Exporter {
+	case ExporterOTLPGRPC, ExporterOTLPHTTP, ExporterStdout, ExporterNone:
+	default:
+		bad("tracing.exporter", "must be otlp-grpc, otlp-http, stdout or none, got %q", c.Tracing.Exporter)
+	}
+	if c.Tracing.Exporter == ExporterOTLPGRPC || c.Tracing.Exporter == ExporterOTLPHTTP {
+		c.Tracing.checkEndpoint(bad)
+	}
+	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 {
+		bad("tracing.sample_ratio", "must be within [0, 1], got %v", c.Tracing.SampleRatio)
+	}
+	if c.ShutdownGrace < 0 {
+		bad("shutdown_grace", "must be >= 0, got %v", c.ShutdownGrace)
+	}
+	seen := map[string]int{}
+	for i, jc := range c.Jobs {
+		p := fmt.Sprintf("jobs[%d]", i)
+		j := jc.schedulerJob().WithDefaults(c.Lease.TTL)
+		for _, fe := range j.Validate(c.Clock.MaxSkew) {
+			if fe.Field == "lease_ttl" {
+				continue // reported on lease.ttl
+			}
+			bad(p+"."+fe.Field, "%v", fe.Err)
+		}
+		if first, ok := seen[jc.Name]; ok && jc.Name != "" {
+			bad(p+".name", "%q is listed twice (also jobs[%d])", jc.Name, first)
+		}
+		seen[jc.Name] = i
+	}
+}
+
+// checkEndpoint checks the endpoint of an OTLP exporter. Traces go in
+// plaintext unless the endpoint is an https:// URL, so a plaintext endpoint
+// on a host that is not loopback must be asked for, with insecure: true:
+// span attributes name jobs, replicas and errors.
+func (t TracingConfig) checkEndpoint(bad func(path, format string, args ...any)) {
+	host, encrypted, ok := endpointHost(t.Endpoint)
+	switch {
+	case !ok:
+		bad("tracing.endpoint", "%q is not host:port, http://host:port or https://host:port", t.Endpoint)
+	case encrypted && t.Insecure:
+		bad("tracing.insecure", "true, but tracing.endpoint is https://")
+	case !encrypted && !t.Insecure && !loopback(host):
+		bad("tracing.endpoint", "%q is not loopback, and traces would go to it in plaintext; write %s for TLS, or set tracing.insecure: true",
+			t.Endpoint, "https://"+strings.TrimPrefix(t.Endpoint, "http://"))
+	}
+}
+
+// endpointHost returns the host of an OTLP endpoint, host:port or an
+// http:// or https:// URL, and whether it is https://. The scheme must be
+// written in lower case, as the exporters compare it.
+func endpointHost(endpoint string) (host string, https, ok bool) {
+	if !strings.Contains(endpoint, "://") {
+		h, port, err := net.SplitHostPort(endpoint)
+		if err != nil || h == "" || port == "" {
+			return "", false, false
+		}
+		return h, false, true
+	}
+	https = strings.HasPrefix(endpoint, "https://")
+	u, err := url.Parse(endpoint)
+	if err != nil || !(https || strings.HasPrefix(endpoint, "http://")) || u.Hostname() == "" {
+		return "", false, false
+	}
+	return u.Hostname(), https, true
+}
+
+// loopback reports whether host names this machine: localhost (in any
+// case) or a loopback address.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkRegistered reports the jobs of the table that no Func is registered
+// under, and an empty table, naming the registered jobs.
+func (c *Config) checkRegistered(d *decoder, registered []string) {
+	if d.broken {
+		return
+	}
+	names := strings.Join(registered, ", ")
+	if len(registered) == 0 {
+		names = "none"
+	}
+	if len(c.Jobs) == 0 {
+		d.errorf(d.lineOf("jobs"), "jobs", "the cron table is empty; registered jobs: %s", names)
+	}
+	for i, jc := range c.Jobs {
+		if jc.Name != "" && jobs.ValidateName(jc.Name) == nil && !slices.Contains(registered, jc.Name) {
+			p := fmt.Sprintf("jobs[%d].name", i)
+			d.errorf(d.lineOf(p), p, "no job %q is registered; registered: %s", jc.Name, names)
+		}
+	}
+	d.summarize()
+}

@@ -1,0 +1,156 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// TestSentinelFailover runs 3 workers with redis.mode sentinel (a master, a
+// replica, 3 sentinels, each a real redis-server) and forces a failover in
+// the middle of the run. The workers must reach the new master on their own;
+// no slot may start twice with one fence; and every slot must end with a
+// record on the new master, or be reported, at ERROR, as lost to the
+// failover. The workers wait for 1 replica to acknowledge each batch of
+// claims (redis.wait_replicas), as a user who wants that window narrow would.
+func TestSentinelFailover(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	type run struct {
+		slot    int64
+		fence   int64
+		replica string
+	}
+	var (
+		mu   sync.Mutex
+		runs []run
+	)
+	register := func(reg *jobs.Registry, env Env) error {
+		return reg.Register("tick", func(ctx context.Context, r jobs.Run) error {
+			mu.Lock()
+			runs = append(runs, run{r.Slot.Unix(), r.Fence, r.Replica})
+			mu.Unlock()
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs []*syncBuffer
+	exits := make(chan int, 3)
+	for r := 1; r <= 3; r++ {
+		path := writeConfig(t, fmt.Sprintf(`replica_id: r%d
+redis:
+  mode: sentinel
+  addrs: [%s]
+  master_name: %s
+  key_prefix: fo
+  wait_replicas: 1
+lease:
+  ttl: 2s
+http:
+  listen: ""
+shutdown_grace: 3s
+jobs:
+  - name: tick
+    schedule: "@every 1s"
+`, r, strings.Join(s.Addrs(), ", "), redistest.MasterName))
+		var stderr syncBuffer
+		logs = append(logs, &stderr)
+		go func() { exits <- Command(ctx, []string{"run", "-config", path}, register, io.Discard, &stderr) }()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, l := range logs {
+		for !strings.Contains(l.String(), `"msg":"scheduler started"`) {
+			if time.Now().After(deadline) {
+				t.Fatalf("a worker did not start within 30s:\n%s", l.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	first := time.Now().Add(time.Second).Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(first.Add(3 * time.Second)))
+	began := time.Now()
+	from, to := s.Failover()
+	done := time.Now()
+	t.Logf("failover from %s to %s took %v", from, to, done.Sub(began).Round(time.Millisecond))
+	time.Sleep(8 * time.Second) // enough for every replica to reconnect, with room for a busy machine
+	last := time.Now().Add(-2 * time.Second).Truncate(time.Second)
+	cancel()
+	for range logs {
+		if code := <-exits; code != 0 {
+			t.Errorf("a worker exited %d", code)
+		}
+	}
+
+	// Read the records from the new master, through the sentinels.
+	store, _ := slotstore.New(s.Client(), "fo")
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[[2]int64]string{}
+	starts := map[int64]int{}
+	for _, r := range runs {
+		k := [2]int64{r.slot, r.fence}
+		if other, ok := seen[k]; ok {
+			t.Errorf("slot %d started twice with fence %d: on %s and %s", r.slot, r.fence, other, r.replica)
+		}
+		seen[k] = r.replica
+		starts[r.slot]++
+	}
+	var lines []string
+	for _, l := range logs {
+		lines = append(lines, strings.Split(l.String(), "\n")...)
+	}
+	// reported finds a log line at ERROR that says Redis lost this slot's data.
+	reported := func(slotAttr string) string {
+		for _, line := range lines {
+			if strings.Contains(line, slotAttr) && strings.Contains(line, `"level":"ERROR"`) && strings.Contains(line, "Redis lost data") {
+				return line
+			}
+		}
+		return ""
+	}
+	recorded, lost := 0, 0
+	for at := first; !at.After(last); at = at.Add(time.Second) {
+		rec, ok, err := store.Record(context.Background(), "tick", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slotAttr := `"slotcron.slot":"` + at.UTC().Format(time.RFC3339) + `"`
+		switch {
+		case ok && rec.State == slot.StateDone:
+			recorded++
+			if at.After(done.Add(3*time.Second)) && starts[at.Unix()] != 1 {
+				t.Errorf("slot %s after the failover started %d times", at.Format(time.TimeOnly), starts[at.Unix()])
+			}
+		case reported(slotAttr) != "":
+			lost++
+			t.Logf("slot %s: no record on the new master, reported lost to the failover: %s", at.Format(time.TimeOnly), reported(slotAttr))
+		default:
+			t.Errorf("slot %s: record %+v (found %v), %d starts; want done, or reported lost", at.Format(time.TimeOnly), rec, ok, starts[at.Unix()])
+			for _, line := range lines {
+				if strings.Contains(line, slotAttr) {
+					t.Log(line)
+				}
+			}
+		}
+		if starts[at.Unix()] > 1 {
+			t.Logf("slot %s started %d times, with different fences: the failover lost its first claim", at.Format(time.TimeOnly), starts[at.Unix()])
+		}
+	}
+	if recorded < 5 {
+		t.Errorf("only %d slots recorded done", recorded)
+	}
+	t.Logf("%d slots: %d done on the new master, %d reported lost to the failover", last.Sub(first)/time.Second+1, recorded, lost)
+}
