@@ -210,28 +210,34 @@ func TestProbeReportsDataLoss(t *testing.T) {
 }
 
 // TestBigBatchesAreChunked: 5,000 claims in one Claim, then their finishes,
-// then 5,000 takeovers. Each goes out in one round trip, in script calls of
-// at most 64 items, and no call may block Redis for more than about 5ms
-// (longer than that, and other clients' short leases are at risk). SLOWLOG
-// gives each call's time on Redis's wall clock, which a busy machine inflates
-// whenever it preempts Redis mid-call; so rounds repeat, up to 10, until each
-// kind has had one round under 5ms. A call of all 5,000 items takes 160ms or
-// more in every round.
+// then 5,000 takeovers. Each goes out in one round trip, as ceil(5000/64) =
+// 79 script calls of at most 64 items, so that no call blocks Redis for
+// long: other clients' short leases are at risk behind a long one. The
+// calls are counted in SLOWLOG, which logs every command here. Their time
+// on Redis is logged, not asserted: a busy machine inflates it whenever it
+// preempts Redis mid-call. On an idle 2-core machine the longest call takes
+// about 2ms; one call of all 5,000 items took 160ms or more.
 func TestBigBatchesAreChunked(t *testing.T) {
 	srv := redistest.StartOwned(t)
-	rdb := srv.Client()
+	opts := srv.Options()
+	opts.ReadTimeout = time.Minute // 5,000 items on a machine busy with other tests
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
 	s, _ := slotstore.New(rdb, "big")
 	if err := s.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	const n, limit = 5000, 5 * time.Millisecond
+	const n, perCall = 5000, 64
 	trips := &pipelineCounter{}
 	rdb.AddHook(trips)
-	// measure runs do and returns its longest script call.
-	measure := func(name string, do func()) time.Duration {
-		rdb.ConfigSet(ctx, "slowlog-log-slower-than", "0")
-		rdb.ConfigSet(ctx, "slowlog-max-len", "100000")
+	if err := rdb.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.ConfigSet(ctx, "slowlog-max-len", "100000")
+	// measure runs do in one round trip, and returns the number of script
+	// calls it made and the longest.
+	measure := func(name string, do func()) {
 		rdb.SlowLogReset(ctx)
 		trips.n.Store(0)
 		do()
@@ -250,71 +256,54 @@ func TestBigBatchesAreChunked(t *testing.T) {
 				worst = max(worst, l.Duration)
 			}
 		}
-		if calls < n/64 {
-			t.Fatalf("%s: %d script calls for %d items: not chunked", name, calls, n)
+		if want := (n + perCall - 1) / perCall; calls != want {
+			t.Fatalf("%s of %d: %d script calls, want %d (at most %d items each)", name, n, calls, want, perCall)
 		}
-		return worst
+		t.Logf("%s of %d: %d script calls, the longest took %v on Redis", name, n, calls, worst)
 	}
-	best := map[string]time.Duration{"claims": time.Hour, "finishes": time.Hour, "takeovers": time.Hour}
-	done := func() bool {
-		for _, d := range best {
-			if d > limit {
-				return false
+	at := time.Unix(1_700_010_000, 0)
+	claims := make([]slot.Claim, n)
+	for i := range claims {
+		claims[i] = live("job-"+strconv.Itoa(i), at, "r1")
+	}
+	var leases []slot.Lease
+	measure("claims", func() {
+		res, err := s.Claim(ctx, claims)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Outcome != slot.OutcomeWon {
+				t.Fatalf("claim: %+v", r)
 			}
+			leases = append(leases, r.Lease)
 		}
-		return true
-	}
-	for round := 0; round < 10 && !done(); round++ {
-		at := time.Unix(1_700_010_000+int64(round)*10, 0)
-		claims := make([]slot.Claim, n)
-		for i := range claims {
-			claims[i] = live("job-"+strconv.Itoa(i), at, "r1")
+	})
+	measure("finishes", func() {
+		reqs := make([]slot.FinishRequest, n)
+		for i, l := range leases {
+			reqs[i] = slot.FinishRequest{Lease: l, State: slot.StateDone}
 		}
-		var leases []slot.Lease
-		best["claims"] = min(best["claims"], measure("claims", func() {
-			res, err := s.Claim(ctx, claims)
+		for _, err := range s.Finish(ctx, reqs) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, r := range res {
-				if r.Outcome != slot.OutcomeWon {
-					t.Fatalf("claim: %+v", r)
-				}
-				leases = append(leases, r.Lease)
-			}
-		}))
-		best["finishes"] = min(best["finishes"], measure("finishes", func() {
-			reqs := make([]slot.FinishRequest, n)
-			for i, l := range leases {
-				reqs[i] = slot.FinishRequest{Lease: l, State: slot.StateDone}
-			}
-			for _, err := range s.Finish(ctx, reqs) {
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-		}))
-		for i := range claims {
-			claims[i] = takeover("job-"+strconv.Itoa(i), at, "r2", true, 3)
 		}
-		best["takeovers"] = min(best["takeovers"], measure("takeovers", func() {
-			res, err := s.Claim(ctx, claims)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range res {
-				if r.Outcome != slot.OutcomeClosed {
-					t.Fatalf("takeover of a finished slot: %+v", r)
-				}
-			}
-		}))
+	})
+	for i := range claims {
+		claims[i] = takeover("job-"+strconv.Itoa(i), at, "r2", true, 3)
 	}
-	for _, name := range []string{"claims", "finishes", "takeovers"} {
-		t.Logf("%s of %d: the longest script call took %v (best round)", name, n, best[name])
-		if best[name] > limit {
-			t.Errorf("%s of %d: a script call blocked Redis for %v in every round, want at most %v", name, n, best[name], limit)
+	measure("takeovers", func() {
+		res, err := s.Claim(ctx, claims)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		for _, r := range res {
+			if r.Outcome != slot.OutcomeClosed {
+				t.Fatalf("takeover of a finished slot: %+v", r)
+			}
+		}
+	})
 }
 
 func TestSlotFinishedStaysClosed(t *testing.T) {

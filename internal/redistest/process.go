@@ -1,13 +1,16 @@
 package redistest
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -82,8 +85,14 @@ func (p *process) launch() error {
 			return fmt.Errorf("redis-server on port %d exited (%v): %s", p.port, err, lastLines(log, 5))
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", p.addr, 100*time.Millisecond); err == nil {
-			c.Close()
+		if pid, err := serverPID(p.addr); err == nil {
+			if pid != cmd.Process.Pid {
+				// Another process took the port between freePort and our
+				// bind (another test run's server): ours fails to bind.
+				_ = cmd.Process.Kill()
+				<-exited
+				return fmt.Errorf("port %d is taken by process %d", p.port, pid)
+			}
 			p.mu.Lock()
 			p.cmd, p.exited = cmd, exited
 			p.mu.Unlock()
@@ -99,6 +108,41 @@ func (p *process) launch() error {
 }
 
 func (p *process) address() string { return p.addr }
+
+// serverPID asks the Redis server (or Sentinel) at addr for its process ID.
+func serverPID(addr string) (int, error) {
+	c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	if !strings.HasPrefix(head, "$") {
+		return 0, fmt.Errorf("INFO server: %q", strings.TrimSpace(head)) // -LOADING and the like: not ready yet
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil {
+		return 0, fmt.Errorf("INFO server: %q", head)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO server: no process_id")
+}
 
 func (p *process) stop() error {
 	p.mu.Lock()

@@ -36,19 +36,25 @@ func StartSentinel(t testing.TB) *Sentinel {
 		t.Fatalf("redistest: StartSentinel needs redis-server on PATH (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)")
 	}
 	s := &Sentinel{t: t}
+	// The processes' directories are made before s.close is registered, so
+	// that the processes are stopped before their directories are removed
+	// (cleanups run last-registered first).
+	dirs := make([]string, 5)
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+	}
 	t.Cleanup(s.close)
-	master, err := startProcess(t.TempDir())
+	master, err := startProcess(dirs[0])
 	if err != nil {
 		t.Fatalf("redistest: sentinel's master: %v", err)
 	}
 	s.servers = append(s.servers, master)
-	replica, err := startProcess(t.TempDir(), "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
+	replica, err := startProcess(dirs[1], "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
 	if err != nil {
 		t.Fatalf("redistest: sentinel's replica: %v", err)
 	}
 	s.servers = append(s.servers, replica)
-	for range 3 {
-		dir := t.TempDir()
+	for _, dir := range dirs[2:] {
 		conf := filepath.Join(dir, "sentinel.conf")
 		body := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\n"+
 			"sentinel down-after-milliseconds %s 1000\n"+
