@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"log/slog"
 	"time"
 )
 
@@ -25,6 +26,11 @@ type Run struct {
 	Replica string
 	// Token is the secret that proves this attempt's lease.
 	Token string
+	// Logger is the scheduler's logger (the worker's JSON log) with the
+	// run's attributes: job, slot, fence, attempt and replica. Log through
+	// it, and a job's lines carry the run they belong to. It is never nil
+	// in a run the scheduler starts.
+	Logger *slog.Logger
 }
 
 type runKey struct{}

@@ -41,6 +41,7 @@ func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) (leftRunn
 		log = log.With("slotcron.job", j.Name, "slotcron.slot", run.Slot.UTC().Format(time.RFC3339),
 			"slotcron.fence", run.Fence, "slotcron.attempt", run.Attempt)
 	}
+	run.Logger = log
 	r.s.tel.dispatched(j.Name, r.clock.Now().Sub(run.Slot))
 
 	// Record a loss when it happens, whatever ended the lease: a failed token
@@ -81,7 +82,14 @@ func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) (leftRunn
 	ferr := st.finishing(state, func() error { return r.finish(lease, state, text) })
 	switch {
 	case ferr == nil:
-		log.Info("job finished", "state", string(state), "took", took.String(), "error", text)
+		level := slog.LevelInfo
+		switch state {
+		case slot.StateFailed:
+			level = slog.LevelWarn
+		case slot.StateAbandoned:
+			level = slog.LevelError
+		}
+		log.Log(context.Background(), level, "job finished", "state", string(state), "took", took.String(), "error", text)
 	case errors.Is(ferr, slot.ErrDataLoss):
 		r.s.dataLoss("a finished run's slot record is gone", "slotcron.job", j.Name,
 			"slotcron.slot", run.Slot.UTC().Format(time.RFC3339), "state", string(state))

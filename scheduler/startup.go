@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/slotcron/slotcron/slot"
@@ -55,7 +56,11 @@ func (r *runner) startup(ctx context.Context) bool {
 			r.push(start, j, r.claim(slot.ClaimCatchup, j, p.run[0]))
 		}
 		if len(p.miss)+len(p.run) > 0 {
-			r.log.Info("catching up", "slotcron.job", j.Name, "catchup", string(j.Catchup),
+			level := slog.LevelInfo
+			if len(p.miss) > 0 { // slots no replica ran: each will be recorded missed, unless one did
+				level = slog.LevelWarn
+			}
+			r.log.Log(context.Background(), level, "catching up", "slotcron.job", j.Name, "catchup", string(j.Catchup),
 				"run", len(p.run), "missed", len(p.miss), "since", states[j.Name].Last.UTC().Format(time.RFC3339))
 		}
 	}

@@ -254,3 +254,42 @@ func checkStatus(t *testing.T, path string, reg Registrar, slots *slotstore.Stor
 		}
 	}
 }
+
+// TestHelp: worker, worker help and worker -h list every command, one line
+// each, on stdout, and exit 0; so does a command's -h.
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{nil, {"help"}, {"-h"}, {"--help"}} {
+		var out, errb bytes.Buffer
+		if code := Command(context.Background(), args, ticker("x"), &out, &errb); code != 0 {
+			t.Fatalf("%q: exit %d, stderr %q", args, code, errb.String())
+		}
+		for _, cmd := range []string{"run", "check", "status", "help"} {
+			if !regexp.MustCompile(`(?m)^  ` + cmd + `\s+\S`).MatchString(out.String()) {
+				t.Errorf("%q: no line for %s in:\n%s", args, cmd, out.String())
+			}
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := Command(context.Background(), []string{"check", "-h"}, ticker("x"), &out, &errb); code != 0 || !strings.Contains(errb.String(), "-config") {
+		t.Fatalf("check -h: exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// TestCheckPrintsTheResolvedConfig: check shows the defaults it filled in,
+// each job's included, and masks the password.
+func TestCheckPrintsTheResolvedConfig(t *testing.T) {
+	path := writeConfig(t, "redis:\n  password: hunter2\nlease:\n  ttl: 9s\njobs:\n  - name: tick\n    schedule: \"@hourly\"\n")
+	var out, errb bytes.Buffer
+	if code := Command(context.Background(), []string{"check", "-config", path}, ticker("x"), &out, &errb); code != 0 {
+		t.Fatalf("check: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"\n  ttl: 9s\n  renew_every: 3s\n", "\n  max_skew: 2s\n", "\n  listen: :8080\n", "key_prefix: slotcron\n",
+		"\n  - name: tick\n    schedule: '@hourly'\n", "    misfire_grace: 1m0s\n", "    retention: 24h0m0s\n", "password: (set, not shown)\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "hunter2") {
+		t.Fatalf("check printed the password:\n%s", out.String())
+	}
+}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -90,8 +91,16 @@ type JobConfig struct {
 	Retention     time.Duration `yaml:"retention"`
 }
 
-// PasswordEnv is the environment variable that, when set, overrides redis.password.
-const PasswordEnv = "SLOTCRON_REDIS_PASSWORD"
+// The environment variables that override what differs per replica, so that
+// one config file serves every replica, even several on one host.
+const (
+	// PasswordEnv, when set, overrides redis.password.
+	PasswordEnv = "SLOTCRON_REDIS_PASSWORD"
+	// ReplicaIDEnv, when set, overrides replica_id.
+	ReplicaIDEnv = "SLOTCRON_REPLICA_ID"
+	// HTTPListenEnv, when set, overrides http.listen; set to "" for no HTTP.
+	HTTPListenEnv = "SLOTCRON_HTTP_LISTEN"
+)
 
 // The modes of redis.mode.
 const (
@@ -180,10 +189,23 @@ func load(file string, data []byte) (*Config, *decoder, Errors) {
 	return &cfg, d, d.errs
 }
 
+// setByEnv records that the environment variable env set path: its errors
+// name it.
+func (d *decoder) setByEnv(path, env string) {
+	if d.env == nil {
+		d.env = map[string]string{}
+	}
+	d.env[path] = env
+}
+
 // set reports whether the file set path.
 func (d *decoder) set(path string) bool { _, ok := d.lines[path]; return ok }
 
 func (c *Config) defaults(d *decoder) {
+	if id := os.Getenv(ReplicaIDEnv); id != "" {
+		c.ReplicaID = id
+		d.setByEnv("replica_id", ReplicaIDEnv)
+	}
 	if c.ReplicaID == "" {
 		c.ReplicaID = scheduler.DefaultReplicaID()
 	}
@@ -214,7 +236,10 @@ func (c *Config) defaults(d *decoder) {
 	if c.Clock.MaxSkew == 0 {
 		c.Clock.MaxSkew = scheduler.DefaultMaxSkew
 	}
-	if !d.set("http.listen") {
+	if listen, ok := os.LookupEnv(HTTPListenEnv); ok {
+		c.HTTP.Listen = listen
+		d.setByEnv("http.listen", HTTPListenEnv)
+	} else if !d.set("http.listen") {
 		c.HTTP.Listen = ":8080"
 	}
 	if c.Tracing.Exporter == "" {
@@ -262,4 +287,27 @@ func (c *Config) SchedulerJobs() []scheduler.Job {
 		out[i] = jc.schedulerJob()
 	}
 	return out
+}
+
+// resolved is the config as the worker uses it, as YAML: defaults filled in,
+// each job's included, and the Redis password masked.
+func (c *Config) resolved() ([]byte, error) {
+	shown := *c
+	if shown.Redis.Password != "" {
+		shown.Redis.Password = "(set, not shown)"
+	}
+	shown.Jobs = make([]JobConfig, len(c.Jobs))
+	for i, jc := range c.Jobs {
+		j := jc.schedulerJob().WithDefaults(c.Lease.TTL)
+		shown.Jobs[i] = JobConfig{Name: j.Name, Schedule: j.Schedule, Timeout: j.Timeout, Overlap: string(j.Overlap),
+			MisfireGrace: j.MisfireGrace, Catchup: string(j.Catchup), CatchupWindow: j.CatchupWindow,
+			OnOwnerLost: string(j.OnOwnerLost), MaxAttempts: j.MaxAttempts, Retention: j.Retention}
+	}
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(shown); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), enc.Close()
 }

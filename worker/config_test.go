@@ -2,6 +2,7 @@ package worker
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -245,4 +246,28 @@ func FuzzConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEnvironmentOverrides: SLOTCRON_REPLICA_ID and SLOTCRON_HTTP_LISTEN
+// override the file, so one file serves several replicas on one host; a bad
+// value names the variable.
+func TestEnvironmentOverrides(t *testing.T) {
+	t.Setenv(ReplicaIDEnv, "replica-7")
+	t.Setenv(HTTPListenEnv, "127.0.0.1:9107")
+	cfg, err := Load("config.yaml", []byte("replica_id: from-file\nhttp:\n  listen: :8080\n"+minimal), registered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ReplicaID != "replica-7" || cfg.HTTP.Listen != "127.0.0.1:9107" {
+		t.Fatalf("replica %q, listen %q", cfg.ReplicaID, cfg.HTTP.Listen)
+	}
+	t.Setenv(HTTPListenEnv, "")
+	if cfg, err = Load("config.yaml", []byte(minimal), registered); err != nil || cfg.HTTP.Listen != "" {
+		t.Fatalf("empty %s: listen %q, %v", HTTPListenEnv, cfg.HTTP.Listen, err)
+	}
+	t.Setenv(HTTPListenEnv, "9107")
+	_, err = Load("config.yaml", []byte(minimal), registered)
+	if want := `config.yaml:1: http.listen: "9107" is not host:port (use :8080 for every interface, "" for no HTTP) (set by SLOTCRON_HTTP_LISTEN)`; fmt.Sprint(err) != want {
+		t.Fatalf("error %v, want %s", err, want)
+	}
 }

@@ -16,6 +16,9 @@ import (
 // on the line of the field it is about (or of its closest parent).
 func (c *Config) validate(d *decoder) {
 	bad := func(path, format string, args ...any) {
+		if env, ok := d.env[path]; ok {
+			format += " (set by " + env + ")"
+		}
 		d.errorf(d.lineOf(path), path, format, args...)
 	}
 	r := c.Redis

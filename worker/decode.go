@@ -17,8 +17,9 @@ import (
 // records the line of every field it sets, so that validation can point at it.
 type decoder struct {
 	file   string
-	lines  map[string]int // field path -> line of its key
-	broken bool           // the file could not be read as YAML at all
+	lines  map[string]int    // field path -> line of its key
+	broken bool              // the file could not be read as YAML at all
+	env    map[string]string // field path -> the environment variable that set it
 
 	errs    Errors // see errorf
 	more    *Error // counts the errors past maxErrors; last in errs

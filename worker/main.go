@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -40,27 +41,68 @@ type Env struct {
 	Logger *slog.Logger
 }
 
-// Main runs the worker's command line with os.Args and exits:
+// usage is what worker, worker help and worker -h print.
+const usage = `worker runs a cron table on every replica; for each slot, exactly one
+replica runs the job.
+
+Usage: worker COMMAND [-config FILE]
+
+Commands:
+  run     run the cron table until SIGTERM or SIGINT (the command if only flags are given)
+  check   validate the config; print it with its defaults, and each job's next 3 slots
+  status  print the live replicas, and each job's lease holder and last 10 slot records
+  help    print this help
+
+Flags:
+  -config FILE  the YAML config (default config.yaml); see config.example.yaml
+
+Environment (one config file for every replica):
+  SLOTCRON_REPLICA_ID      overrides replica_id
+  SLOTCRON_HTTP_LISTEN     overrides http.listen ("" for no HTTP)
+  SLOTCRON_REDIS_PASSWORD  overrides redis.password
+
+Exit codes: 0 ok, 1 failure, 2 bad usage or config.
+`
+
+// Main runs the worker's command line with os.Args and exits; see usage:
 //
 //	worker [run] -config FILE   run the cron table until SIGTERM or SIGINT
-//	worker check -config FILE   validate the config, print each job's next 3 slots
-//	worker status -config FILE  print each job's lease holder and last 10 slot records
+//	worker check -config FILE   validate the config, print it and each job's next 3 slots
+//	worker status -config FILE  print the replicas, each job's lease holder and last 10 slot records
+//	worker help                 list the commands
 func Main(register Registrar) {
+	redis.SetLogger(redisLogger{slog.New(slog.NewJSONHandler(os.Stderr, nil))})
 	os.Exit(Command(context.Background(), os.Args[1:], register, os.Stdout, os.Stderr))
+}
+
+// redisLogger sends go-redis's own lines (a pool that can't dial, a Sentinel
+// that names a new master) to the worker's JSON log, at WARN, so that a log
+// pipeline parses every line the worker writes. Main installs it: go-redis
+// has one logger per process.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
 }
 
 // Command is Main with its arguments, context and output given: it returns
 // the exit code (0 ok, 1 failure, 2 bad usage or config). When ctx ends, run
 // stops as on a signal.
 func Command(ctx context.Context, args []string, register Registrar, stdout, stderr io.Writer) int {
+	if len(args) == 0 || slices.Contains([]string{"help", "-h", "-help", "--help"}, args[0]) {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
 	sub := "run"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	if !strings.HasPrefix(args[0], "-") {
 		sub, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("worker "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "config.yaml", "the YAML config file")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return 0
+	} else if err != nil {
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -70,7 +112,7 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 	switch sub {
 	case "run", "check", "status":
 	default:
-		fmt.Fprintf(stderr, "worker: unknown command %q; use run, check or status\n", sub)
+		fmt.Fprintf(stderr, "worker: unknown command %q; use run, check or status (worker help lists them)\n", sub)
 		return 2
 	}
 
@@ -126,8 +168,18 @@ func setup(path string, register Registrar, offline bool) (*Config, redis.Univer
 }
 
 func check(cfg *Config, path string, out io.Writer) int {
-	fmt.Fprintf(out, "%s: ok: %d jobs, redis %s %s, replica %s\n", path, len(cfg.Jobs), cfg.Redis.Mode,
+	jobsWord := "jobs"
+	if len(cfg.Jobs) == 1 {
+		jobsWord = "job"
+	}
+	fmt.Fprintf(out, "%s: ok: %d %s, redis %s %s, replica %s\n", path, len(cfg.Jobs), jobsWord, cfg.Redis.Mode,
 		strings.Join(cfg.Redis.Addrs, ","), cfg.ReplicaID)
+	resolved, err := cfg.resolved()
+	if err != nil {
+		fmt.Fprintf(out, "worker check: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(out, "\n# the config as the worker reads it, defaults filled in\n%s\n", resolved)
 	now := time.Now()
 	for _, j := range cfg.Jobs {
 		sched, _ := scheduler.ParseSchedule(j.Schedule)

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,4 +206,41 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestLogsAreJSON: with Redis down, every line the worker writes to stderr
+// is JSON (go-redis's own included) but the one line that explains the
+// failure, which names no internal function.
+func TestLogsAreJSON(t *testing.T) {
+	bin := buildWorker(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte("redis:\n  addrs: [\""+addr+"\"]\njobs:\n  - name: lottery\n    schedule: \"@hourly\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "status", "-config", path)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil {
+		t.Fatal("status succeeded without Redis")
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "worker status: Redis (single, "+addr+") does not answer: ") {
+		t.Fatalf("last line %q", last)
+	}
+	if len(lines) < 2 {
+		t.Fatalf("no line from go-redis in:\n%s", stderr.String())
+	}
+	for _, line := range lines[:len(lines)-1] {
+		var entry struct{ Level, Msg, Component string }
+		if err := json.Unmarshal([]byte(line), &entry); err != nil || entry.Level != "WARN" || entry.Component != "go-redis" {
+			t.Fatalf("line %q: %+v %v", line, entry, err)
+		}
+	}
 }

@@ -102,7 +102,13 @@ func (l *Lottery) Draw(ctx context.Context, run jobs.Run) error {
 	if err != nil {
 		return fmt.Errorf("lottery: draw: %w", err)
 	}
-	return l.Write(ctx, Entry{Slot: run.Slot.Unix(), Replica: run.Replica, Fence: run.Fence, Winners: winners})
+	if err := l.Write(ctx, Entry{Slot: run.Slot.Unix(), Replica: run.Replica, Fence: run.Fence, Winners: winners}); err != nil {
+		return err
+	}
+	if run.Logger != nil { // nil when a test calls Draw directly
+		run.Logger.Info("lottery drawn", "winners", winners)
+	}
+	return nil
 }
 
 // Write stores a draw, fenced: see the package doc. A slot that already has
