@@ -26,6 +26,9 @@ type Run struct {
 	Replica string
 	// Token is the secret that proves this attempt's lease.
 	Token string
+	// RunID names this attempt: a UUIDv7, in the slot's record, on the
+	// run's spans (slotcron.run_id) and on its log lines. Not a secret.
+	RunID string
 	// Logger is the scheduler's logger (the worker's JSON log) with the
 	// run's attributes: job, slot, fence, attempt and replica. Log through
 	// it, and a job's lines carry the run they belong to. It is never nil

@@ -34,12 +34,12 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 // trace. It reports whether the slot was left running for a takeover.
 func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) (leftRunning bool) {
 	run := jobs.Run{Job: j.Name, Slot: lease.Slot(), Attempt: lease.Attempt(), Fence: lease.Fence(),
-		Replica: r.self, Token: lease.Token()}
+		Replica: r.self, Token: lease.Token(), RunID: lease.RunID()}
 	defer st.end(ending{outcome: string(slot.OutcomeWon), holder: r.self, fence: run.Fence, attempt: run.Attempt})
 	log := r.log
 	if log.Enabled(context.Background(), slog.LevelError) { // a logger that keeps nothing needs no attributes
 		log = log.With("slotcron.job", j.Name, "slotcron.slot", run.Slot.UTC().Format(time.RFC3339),
-			"slotcron.fence", run.Fence, "slotcron.attempt", run.Attempt)
+			"slotcron.fence", run.Fence, "slotcron.attempt", run.Attempt, "slotcron.run_id", run.RunID)
 	}
 	run.Logger = log
 	r.s.tel.dispatched(j.Name, r.clock.Now().Sub(run.Slot))
@@ -93,6 +93,10 @@ func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) (leftRunn
 	case errors.Is(ferr, slot.ErrDataLoss):
 		r.s.dataLoss("a finished run's slot record is gone", "slotcron.job", j.Name,
 			"slotcron.slot", run.Slot.UTC().Format(time.RFC3339), "state", string(state))
+	case errors.Is(ferr, slot.ErrUnreplicated):
+		r.s.tel.recordUnreplicated(j.Name)
+		log.Error("job finished, but fewer replicas acknowledged its record than wait_replicas asks: a failover now could lose the record",
+			"state", string(state), "took", took.String(), "error", text, "replication", ferr)
 	case errors.Is(ferr, slot.ErrNotHeld):
 		log.Warn("job finished, but the slot is no longer this run's; its record stands", "state", string(state), "error", ferr)
 	default:
@@ -108,7 +112,7 @@ func (r *runner) finish(lease slot.Lease, state slot.State, text string) error {
 	var err error
 	for tries := range 3 {
 		err = r.finisher.finish(slot.FinishRequest{Lease: lease, State: state, Error: text})
-		if err == nil || errors.Is(err, slot.ErrNotHeld) {
+		if err == nil || errors.Is(err, slot.ErrNotHeld) || errors.Is(err, slot.ErrUnreplicated) {
 			break
 		}
 		time.Sleep(backoff(tries))

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/slotcron/slotcron/slot"
 )
 
@@ -132,8 +134,8 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // claim returns the request for one slot of j. A claim that can win gets a
-// token of its own, which it keeps when it is sent again: a claim whose reply
-// was lost is then recognised as the same claim.
+// token and a run ID of its own, which it keeps when it is sent again: a
+// claim whose reply was lost is then recognised as the same claim.
 func (r *runner) claim(kind slot.Kind, j *jobState, at time.Time) slot.Claim {
 	c := claim(kind, j.Job, at, r.self)
 	if kind == slot.ClaimLive {
@@ -142,6 +144,7 @@ func (r *runner) claim(kind slot.Kind, j *jobState, at time.Time) slot.Claim {
 	if kind != slot.ClaimMiss && kind != slot.ClaimExpire {
 		r.tokens++
 		c.Token = r.tokenBase + "." + strconv.FormatUint(r.tokens, 10)
+		c.RunID = uuid.Must(uuid.NewV7()).String()
 	}
 	return c
 }

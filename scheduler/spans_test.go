@@ -36,6 +36,7 @@ type scriptedLease struct {
 func (l *scriptedLease) Job() string              { return l.c.Job }
 func (l *scriptedLease) Slot() time.Time          { return l.c.Slot }
 func (l *scriptedLease) Replica() string          { return l.c.Replica }
+func (l *scriptedLease) RunID() string            { return l.c.RunID }
 func (l *scriptedLease) Token() string            { return "token" }
 func (l *scriptedLease) Fence() int64             { return 1 }
 func (l *scriptedLease) Attempt() int             { return 1 }

@@ -20,6 +20,7 @@ const (
 	attrHolder  = attribute.Key("slotcron.holder")
 	attrFence   = attribute.Key("slotcron.fence")
 	attrAttempt = attribute.Key("slotcron.attempt")
+	attrRunID   = attribute.Key("slotcron.run_id")
 )
 
 const instrumentation = "github.com/slotcron/slotcron/scheduler"
@@ -43,6 +44,7 @@ type telemetry struct {
 	disagreeG metric.Int64Gauge
 	dupes     metric.Int64Counter
 	unrepl    metric.Int64Counter
+	recUnrepl metric.Int64Counter
 }
 
 // jobMetrics are a job's metric options, built once (as the slices the
@@ -153,6 +155,10 @@ func newTelemetry(cfg config, jobs []string) (*telemetry, error) {
 		metric.WithDescription("Won claims that fewer replicas acknowledged than wait_replicas asks, by job.")); err != nil {
 		return nil, err
 	}
+	if t.recUnrepl, err = m.Int64Counter("slotcron.records_unreplicated",
+		metric.WithDescription("Finished runs whose final record fewer replicas acknowledged than wait_replicas asks, by job.")); err != nil {
+		return nil, err
+	}
 	if t.offsetG, err = m.Float64Gauge("slotcron.clock_offset", metric.WithUnit("s"),
 		metric.WithDescription("Redis's clock minus this replica's, at the last measurement.")); err != nil {
 		return nil, err
@@ -193,6 +199,12 @@ func (t *telemetry) duplicate() { t.dupes.Add(context.Background(), 1) }
 // unreplicated counts a won claim that its replicas did not acknowledge in time.
 func (t *telemetry) unreplicated(job string) {
 	t.unrepl.Add(context.Background(), 1, t.metricsOf(job).jobAdd...)
+}
+
+// recordUnreplicated counts a finished run whose final record its replicas
+// did not acknowledge in time.
+func (t *telemetry) recordUnreplicated(job string) {
+	t.recUnrepl.Add(context.Background(), 1, t.metricsOf(job).jobAdd...)
 }
 
 // dataLost counts a data loss this replica found.

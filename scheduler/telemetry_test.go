@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace/embedded"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/google/uuid"
+
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
 )
@@ -85,6 +87,17 @@ func testSpansOnceAProviderRecords(t *testing.T, e *harness) {
 		}
 	}
 	for _, s := range spans.Ended() {
+		if s.Name() == "job.run" {
+			var id string
+			for _, a := range s.Attributes() {
+				if a.Key == "slotcron.run_id" {
+					id = a.Value.AsString()
+				}
+			}
+			if u, err := uuid.Parse(id); err != nil || u.Version() != 7 {
+				t.Errorf("job.run span's slotcron.run_id %q (%v), want a UUIDv7", id, err)
+			}
+		}
 		if s.Name() != "slot" {
 			continue
 		}

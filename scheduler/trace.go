@@ -122,7 +122,7 @@ func (st *slotTrace) runDone(lease slot.Lease, err error, text string) {
 		return
 	}
 	if span.IsRecording() {
-		span.SetAttributes(attrFence.Int64(lease.Fence()), attrAttempt.Int(lease.Attempt()))
+		span.SetAttributes(attrFence.Int64(lease.Fence()), attrAttempt.Int(lease.Attempt()), attrRunID.String(lease.RunID()))
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, text)

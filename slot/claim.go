@@ -63,6 +63,10 @@ type Claim struct {
 	// then recognises it as the same claim and answers won again, instead of
 	// lost to a record with no run behind it. Empty: the store makes one.
 	Token string
+	// RunID names the run if the claim wins: a UUIDv7, kept in the slot's
+	// record, on the run's spans and log lines. Unlike the token it is not
+	// a secret. A claim sent again keeps it. Empty: the store makes one.
+	RunID string
 }
 
 // Outcome is the answer to one Claim.

@@ -23,6 +23,11 @@ var (
 	// lease lost this way has a cause that wraps both ErrLeaseLost and
 	// ErrDataLoss.
 	ErrDataLoss = errors.New("slot: the store lost data")
+
+	// ErrUnreplicated means a write took effect, but fewer replicas
+	// acknowledged it in time than the store was asked to wait for: a
+	// failover now could lose it.
+	ErrUnreplicated = errors.New("slot: fewer replicas acknowledged the write than asked")
 )
 
 // MinLeaseTTL is the shortest lease a slot may have: renewals every TTL/3

@@ -17,6 +17,8 @@ type Lease interface {
 	Slot() time.Time
 	Replica() string
 	Token() string
+	// RunID names the run (the claim's RunID): a UUIDv7, public.
+	RunID() string
 	Fence() int64
 	Attempt() int
 	// TTL is the lease TTL that renewals restore.

@@ -30,6 +30,7 @@ type Record struct {
 	Started  time.Time // zero for a slot that never started
 	Finished time.Time // zero while running
 	Error    string
+	RunID    string // the run's ID; "" for a slot that never started
 }
 
 // FinishRequest is how one run ended.

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/slotcron/slotcron/internal/rediskit"
 	"github.com/slotcron/slotcron/slot"
 )
@@ -28,16 +30,16 @@ func (s *Store) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, 
 			return nil, fmt.Errorf("slotstore: Claim %d (%s): lease TTL must be >= %v and retention > 0", i, c.Job, slot.MinLeaseTTL)
 		}
 	}
-	tokens := make([]string, len(claims))
+	tokens, runIDs := make([]string, len(claims)), make([]string, len(claims))
 	var (
 		calls  []call
 		groups [][]int // the claims each call answers
 	)
 	for _, g := range s.group(claims) {
 		if claims[g[0]].Kind == slot.ClaimTakeover {
-			calls = append(calls, s.takeoverCall(claims, tokens, g))
+			calls = append(calls, s.takeoverCall(claims, tokens, runIDs, g))
 		} else {
-			calls = append(calls, s.claimCall(claims, tokens, g))
+			calls = append(calls, s.claimCall(claims, tokens, runIDs, g))
 		}
 		groups = append(groups, g)
 	}
@@ -52,7 +54,7 @@ func (s *Store) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, 
 			if err == nil {
 				v, _ = vals[k].([]any)
 			}
-			results[i] = s.parseClaim(ctx, claims[i], tokens[i], sent, v, err)
+			results[i] = s.parseClaim(ctx, claims[i], tokens[i], runIDs[i], sent, v, err)
 			results[i].Unreplicated = s.waitReplicas > 0 && acked < s.waitReplicas && results[i].Outcome == slot.OutcomeWon
 		}
 	}
@@ -82,12 +84,12 @@ type claimProfile struct {
 
 // claimCall is one claim.lua call for the claims at indexes g. It sets
 // their tokens: the claim's own, or the call's random base, a dot and the
-// claim's position.
-func (s *Store) claimCall(claims []slot.Claim, tokens []string, g []int) call {
+// claim's position; and their run IDs.
+func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int) call {
 	var base string
 	index := map[claimProfile]int{}
 	var profiles []any
-	perClaim := make([]any, 0, 4*len(g))
+	perClaim := make([]any, 0, 5*len(g))
 	keys := make([]string, 0, 6*len(g))
 	for k, i := range g {
 		c := claims[i]
@@ -115,7 +117,10 @@ func (s *Store) claimCall(claims []slot.Claim, tokens []string, g []int) call {
 			}
 			tokens[i] = base + "." + strconv.Itoa(k+1)
 		}
-		perClaim = append(perClaim, at, c.Deadline.UnixMilli(), pi, tokens[i])
+		if c.Kind != slot.ClaimMiss && c.Kind != slot.ClaimExpire { // no run comes of those
+			runIDs[i] = runID(c)
+		}
+		perClaim = append(perClaim, at, c.Deadline.UnixMilli(), pi, tokens[i], runIDs[i])
 	}
 	args := make([]any, 0, 3+len(profiles)+len(perClaim))
 	args = append(args, claims[g[0]].Replica, s.maxHistory, len(index))
@@ -124,10 +129,10 @@ func (s *Store) claimCall(claims []slot.Claim, tokens []string, g []int) call {
 }
 
 // takeoverCall is one takeover.lua call for the takeovers at indexes g. It
-// sets their tokens.
-func (s *Store) takeoverCall(claims []slot.Claim, tokens []string, g []int) call {
+// sets their tokens and run IDs.
+func (s *Store) takeoverCall(claims []slot.Claim, tokens, runIDs []string, g []int) call {
 	keys := make([]string, 0, 6*len(g))
-	args := make([]any, 0, 2+6*len(g))
+	args := make([]any, 0, 2+7*len(g))
 	args = append(args, claims[g[0]].Replica, s.maxHistory)
 	for _, i := range g {
 		c := claims[i]
@@ -142,12 +147,21 @@ func (s *Store) takeoverCall(claims []slot.Claim, tokens []string, g []int) call
 		if c.Retry {
 			policy = "retry"
 		}
-		args = append(args, tokens[i], at, c.LeaseTTL.Milliseconds(), c.Retention.Milliseconds(), policy, c.MaxAttempts)
+		runIDs[i] = runID(c)
+		args = append(args, tokens[i], at, c.LeaseTTL.Milliseconds(), c.Retention.Milliseconds(), policy, c.MaxAttempts, runIDs[i])
 	}
 	return call{takeoverScript, keys, args}
 }
 
-func (s *Store) parseClaim(ctx context.Context, c slot.Claim, token string, sent time.Time, vals []any, err error) slot.Result {
+// runID is the claim's run ID, or a new UUIDv7.
+func runID(c slot.Claim) string {
+	if c.RunID != "" {
+		return c.RunID
+	}
+	return uuid.Must(uuid.NewV7()).String()
+}
+
+func (s *Store) parseClaim(ctx context.Context, c slot.Claim, token, runID string, sent time.Time, vals []any, err error) slot.Result {
 	if err == nil && len(vals) == 0 {
 		err = errors.New("empty reply")
 	}
@@ -160,10 +174,16 @@ func (s *Store) parseClaim(ctx context.Context, c slot.Claim, token string, sent
 	case slot.OutcomeWon:
 		res.Fence, res.Attempt = r.int(1), int(r.int(2))
 		res.Holder = c.Replica
+		// The run ID in the reply is the record's, for a claim sent again.
+		at := 3
 		if c.Kind == slot.ClaimTakeover { // the attempt holds the lease the record names
 			c.AllowOverlap = r.str(3) == "slot"
+			at = 4
 		}
-		res.Lease = s.newLease(ctx, c, token, res.Fence, res.Attempt, sent)
+		if id := r.str(at); id != "" {
+			runID = id
+		}
+		res.Lease = s.newLease(ctx, c, token, runID, res.Fence, res.Attempt, sent)
 	case slot.OutcomeLost:
 		res.Holder, res.State = r.str(1), slot.State(r.str(2))
 		res.Fence, res.Attempt = r.int(3), int(r.int(4))

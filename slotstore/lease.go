@@ -16,6 +16,7 @@ type lease struct {
 	slot      time.Time
 	replica   string
 	token     string
+	runID     string
 	fence     int64
 	attempt   int
 	ttl       time.Duration
@@ -25,11 +26,11 @@ type lease struct {
 	v         *validity.Timer
 }
 
-func (s *Store) newLease(ctx context.Context, c slot.Claim, token string, fence int64, attempt int, sent time.Time) *lease {
+func (s *Store) newLease(ctx context.Context, c slot.Claim, token, runID string, fence int64, attempt int, sent time.Time) *lease {
 	at := c.Slot.Unix()
 	return &lease{
 		s: s, job: c.Job, slot: time.Unix(at, 0).In(c.Slot.Location()), replica: c.Replica,
-		token: token, fence: fence, attempt: attempt, ttl: c.LeaseTTL, retention: c.Retention,
+		token: token, runID: runID, fence: fence, attempt: attempt, ttl: c.LeaseTTL, retention: c.Retention,
 		record: s.recordKey(c.Job, at), key: s.leaseKey(c.Job, at, c.AllowOverlap),
 		v: validity.Start(ctx, sent, c.LeaseTTL),
 	}
@@ -39,6 +40,7 @@ func (l *lease) Job() string              { return l.job }
 func (l *lease) Slot() time.Time          { return l.slot }
 func (l *lease) Replica() string          { return l.replica }
 func (l *lease) Token() string            { return l.token }
+func (l *lease) RunID() string            { return l.runID }
 func (l *lease) Fence() int64             { return l.fence }
 func (l *lease) Attempt() int             { return l.attempt }
 func (l *lease) TTL() time.Duration       { return l.ttl }
@@ -146,7 +148,8 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 		}
 		calls[gi] = c
 	}
-	for gi, cmd := range s.batch(ctx, calls) {
+	cmds, acked := s.batchWait(ctx, calls, s.waitReplicas, s.waitTimeout)
+	for gi, cmd := range cmds {
 		g := groups[gi]
 		vals, err := replies(cmd, len(g))
 		for k, i := range g {
@@ -159,6 +162,10 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 			r := reply(v)
 			if r.int(0) == 1 {
 				l.v.End(nil)
+				if s.waitReplicas > 0 && acked < s.waitReplicas {
+					errs[i] = fmt.Errorf("%w: %s@%d is recorded %s, but %d of %d replicas acknowledged it within %v",
+						slot.ErrUnreplicated, l.job, l.slot.Unix(), reqs[i].State, acked, s.waitReplicas, s.waitTimeout)
+				}
 				continue
 			}
 			now := r.str(1)

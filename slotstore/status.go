@@ -29,7 +29,7 @@ func (s *Store) JobStates(ctx context.Context, jobs []string) (map[string]slot.J
 		running[i] = pipe.ZRange(ctx, s.runningKey(job), 0, -1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("slotstore: JobStates: %w", err)
+		return nil, fmt.Errorf("slotstore: reading the running slots: %w", err)
 	}
 	out := map[string]slot.JobState{}
 	for i, job := range jobs {
@@ -39,12 +39,12 @@ func (s *Store) JobStates(ctx context.Context, jobs []string) (map[string]slot.J
 		case err == nil:
 			st.Last = time.Unix(int64(n), 0)
 		case !errors.Is(err, redis.Nil):
-			return nil, fmt.Errorf("slotstore: JobStates %s: %w", job, err)
+			return nil, fmt.Errorf("slotstore: reading the running slots of %s: %w", job, err)
 		}
 		for _, m := range running[i].Val() {
 			at, err := strconv.ParseInt(m, 10, 64)
 			if err != nil {
-				return nil, fmt.Errorf("slotstore: JobStates %s: running slot %q: %w", job, m, err)
+				return nil, fmt.Errorf("slotstore: reading the running slots of %s: slot %q: %w", job, m, err)
 			}
 			st.Running = append(st.Running, time.Unix(at, 0))
 		}
@@ -64,7 +64,7 @@ func (s *Store) Record(ctx context.Context, job string, at time.Time) (rec slot.
 	pipe := s.rdb.Pipeline()
 	cmd := pipe.HGetAll(ctx, s.recordKey(job, at.Unix()))
 	if _, err := pipe.Exec(ctx); err != nil {
-		return rec, false, fmt.Errorf("slotstore: Record %s@%d: %w", job, at.Unix(), err)
+		return rec, false, fmt.Errorf("slotstore: reading the record of slot %s@%d: %w", job, at.Unix(), err)
 	}
 	h := cmd.Val()
 	if len(h) == 0 {
@@ -104,7 +104,7 @@ func (s *Store) Records(ctx context.Context, job string, n int) ([]slot.Record, 
 		cmds[i] = pipe.HGetAll(ctx, s.recordKey(job, at))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("slotstore: Records %s: %w", job, err)
+		return nil, fmt.Errorf("slotstore: reading the slot records of %s: %w", job, err)
 	}
 	var recs []slot.Record
 	for i, cmd := range cmds {
@@ -136,7 +136,7 @@ func (s *Store) Holder(ctx context.Context, job string) (replica string, at time
 	g := pipe.Get(ctx, s.leaseKey(job, 0, false))
 	p := pipe.PTTL(ctx, s.leaseKey(job, 0, false))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return "", time.Time{}, 0, fmt.Errorf("slotstore: Holder %s: %w", job, err)
+		return "", time.Time{}, 0, fmt.Errorf("slotstore: reading the lease of %s: %w", job, err)
 	}
 	if errors.Is(g.Err(), redis.Nil) {
 		return "", time.Time{}, 0, nil
@@ -145,7 +145,7 @@ func (s *Store) Holder(ctx context.Context, job string) (replica string, at time
 	unixText, replica, ok := strings.Cut(rest, " ")
 	unix, err := strconv.ParseInt(unixText, 10, 64)
 	if !ok || err != nil {
-		return "", time.Time{}, 0, fmt.Errorf("slotstore: Holder %s: malformed lease %q", job, g.Val())
+		return "", time.Time{}, 0, fmt.Errorf("slotstore: the lease of %s is malformed: %q", job, g.Val())
 	}
 	return replica, time.Unix(unix, 0), p.Val(), nil
 }
@@ -162,6 +162,6 @@ func parseRecord(job string, at int64, h map[string]string) slot.Record {
 	fence, _ := strconv.ParseInt(h["fence"], 10, 64)
 	return slot.Record{
 		Job: job, Slot: time.Unix(at, 0), State: slot.State(h["state"]), Owner: h["owner"],
-		Attempt: attempt, Fence: fence, Started: ms("started"), Finished: ms("finished"), Error: h["error"],
+		Attempt: attempt, Fence: fence, Started: ms("started"), Finished: ms("finished"), Error: h["error"], RunID: h["run_id"],
 	}
 }

@@ -243,12 +243,19 @@ func checkStatus(t *testing.T, path string, reg Registrar, slots *slotstore.Stor
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := regexp.MustCompile(`(?m)^  (\S+Z)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)`).FindAllStringSubmatch(out.String(), -1)
+	rows := regexp.MustCompile(`(?m)^  (\S+Z)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+\S+\s+(\S+)`).FindAllStringSubmatch(out.String(), -1)
 	if len(rows) != len(recs) {
 		t.Fatalf("status printed %d rows, Records has %d:\n%s", len(rows), len(recs), out.String())
 	}
 	for i, r := range recs {
-		want := []string{r.Slot.UTC().Format(time.RFC3339), string(r.State), r.Owner, strconv.Itoa(r.Attempt), strconv.FormatInt(r.Fence, 10)}
+		runID := r.RunID
+		switch {
+		case r.Started.IsZero() && runID == "": // skipped or missed: no run
+			runID = "-"
+		case r.Started.IsZero() || runID == "":
+			t.Fatalf("record %+v: a run ID without a run, or a run without one", r)
+		}
+		want := []string{r.Slot.UTC().Format(time.RFC3339), string(r.State), r.Owner, strconv.Itoa(r.Attempt), strconv.FormatInt(r.Fence, 10), runID}
 		if strings.Join(rows[i][1:], " ") != strings.Join(want, " ") {
 			t.Fatalf("status row %d = %v, record %v", i, rows[i][1:], want)
 		}

@@ -57,10 +57,14 @@ func status(ctx context.Context, cfg *Config, rdb redis.UniversalClient, out, st
 			continue
 		}
 		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "  SLOT\tSTATE\tREPLICA\tATTEMPT\tFENCE\tDURATION\tTRACE\tERROR")
+		fmt.Fprintln(w, "  SLOT\tSTATE\tREPLICA\tATTEMPT\tFENCE\tDURATION\tRUN ID\tTRACE\tERROR")
 		for _, r := range recs {
-			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Slot.UTC().Format(time.RFC3339), r.State, r.Owner,
-				r.Attempt, r.Fence, duration(r), scheduler.SlotTraceID(cfg.Redis.KeyPrefix, j.Name, r.Slot), firstLine(r.Error))
+			runID := r.RunID
+			if runID == "" {
+				runID = "-"
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Slot.UTC().Format(time.RFC3339), r.State, r.Owner,
+				r.Attempt, r.Fence, duration(r), runID, scheduler.SlotTraceID(cfg.Redis.KeyPrefix, j.Name, r.Slot), firstLine(r.Error))
 		}
 		w.Flush()
 	}

@@ -33,16 +33,18 @@
 --   +6  mode "live": the most the slot may be ahead of Redis's clock, ms (the
 --       claimant's max_skew); a claim earlier than that is refused, with
 --       nothing recorded. 0: no limit
--- ARGV     then 4 per claim, claim i from ARGV[3+6*P+4*(i-1)+1]:
+-- ARGV     then 5 per claim, claim i from ARGV[3+6*P+5*(i-1)+1]:
 --   +1  the slot, unix seconds
 --   +2  the deadline: the latest start, ms on Redis's clock (mode "live")
 --   +3  the claim's profile, 1..P
 --   +4  the claim's token: the run's token if it wins. A claim sent again
 --       after its reply was lost carries the same token, and is answered as
 --       the same claim: won again, with its lease's TTL restored.
+--   +5  the run's ID, if it wins (a UUIDv7; "" for modes "miss" and "expire")
 --
 -- Returns one reply per claim, in order, each one of
---   {"won", fence, attempt}                      this replica runs the slot
+--   {"won", fence, attempt, run_id}              this replica runs the slot (run_id: the
+--                                                record's, for a claim sent again)
 --   {"lost", owner, state, fence, attempt}       the slot has a record (owner is this
 --                                                replica for a retried claim whose run
 --                                                lost the job's lease meanwhile)
@@ -68,7 +70,7 @@ end
 -- this claim's (same token). Its lease gets its TTL back, if it is still the
 -- run's or free; if another run took the job meanwhile, the record is this
 -- replica's with no lease behind it: lost, for a takeover to settle.
-local function retried(lease, token, slot, ttl, f, attempt)
+local function retried(lease, token, slot, ttl, f, attempt, run_id)
   local value = token .. ' ' .. slot .. ' ' .. replica
   local v = redis.call('GET', lease)
   if v == value then
@@ -76,15 +78,15 @@ local function retried(lease, token, slot, ttl, f, attempt)
   elseif v or not redis.call('SET', lease, value, 'PX', ttl, 'NX') then
     return {'lost', replica, 'running', f, attempt}
   end
-  return {'won', f, attempt}
+  return {'won', f, attempt, run_id}
 end
 
-local function claim(rec, lease, fence, runs, last, running, token, slot, ttl, retention, overlap, mode, deadline, reason, early)
-  local r = redis.call('HMGET', rec, 'owner', 'state', 'token', 'fence', 'attempt')
+local function claim(rec, lease, fence, runs, last, running, token, slot, ttl, retention, overlap, mode, deadline, reason, early, run_id)
+  local r = redis.call('HMGET', rec, 'owner', 'state', 'token', 'fence', 'attempt', 'run_id')
   if r[2] then
     local f, attempt = tonumber(r[4] or '0') or 0, tonumber(r[5] or '0') or 0
     if r[1] == replica and r[2] == 'running' and r[3] == token then
-      return retried(lease, token, slot, ttl, f, attempt)
+      return retried(lease, token, slot, ttl, f, attempt, r[6] or run_id)
     end
     return {'lost', r[1] or '', r[2], f, attempt}
   end
@@ -130,13 +132,13 @@ local function claim(rec, lease, fence, runs, last, running, token, slot, ttl, r
     kind = 'slot'
   end
   redis.call('HSET', rec, 'slot', slot, 'owner', replica, 'token', token, 'attempt', 1,
-    'fence', string.format('%.0f', f), 'state', 'running', 'lease', kind, 'started', now)
+    'fence', string.format('%.0f', f), 'state', 'running', 'lease', kind, 'started', now, 'run_id', run_id)
   redis.call('PEXPIRE', rec, retention)
   redis.call('ZADD', last, 'GT', slot, 'last')
   redis.call('ZADD', running, slot, slot)
   redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', 'claimed', 'replica', replica,
-    'attempt', '1', 'fence', string.format('%.0f', f))
-  return {'won', f, 1}
+    'attempt', '1', 'fence', string.format('%.0f', f), 'run_id', run_id)
+  return {'won', f, 1, run_id}
 end
 
 local profiles, np = {}, tonumber(ARGV[3])
@@ -146,9 +148,9 @@ for p = 1, np do
 end
 local out, first = {}, 3 + 6 * np
 for i = 1, #KEYS / 6 do
-  local k, a = 6 * (i - 1), first + 4 * (i - 1)
+  local k, a = 6 * (i - 1), first + 5 * (i - 1)
   local p = profiles[tonumber(ARGV[a + 3])]
   out[i] = claim(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6],
-    ARGV[a + 4], ARGV[a + 1], p[1], p[2], p[3], p[4], ARGV[a + 2], p[5], p[6])
+    ARGV[a + 4], ARGV[a + 1], p[1], p[2], p[3], p[4], ARGV[a + 2], p[5], p[6], ARGV[a + 5])
 end
 return out

@@ -15,16 +15,17 @@
 --   +6  the job's running slots (a sorted set): a settled slot leaves it
 -- ARGV[1]  the replica ID
 -- ARGV[2]  the history's approximate maximum length
--- ARGV     then 6 per slot, slot i from ARGV[2+6*(i-1)+1]:
+-- ARGV     then 7 per slot, slot i from ARGV[2+7*(i-1)+1]:
 --   +1  the token for the new attempt
 --   +2  the slot, unix seconds
 --   +3  the lease TTL, ms
 --   +4  the record's retention, ms
 --   +5  "retry" or "abandon"
 --   +6  the attempt limit (max_attempts)
+--   +7  the new attempt's run ID (a UUIDv7)
 --
 -- Returns one reply per slot, in order, each one of
---   {"won", fence, attempt, lease}         this replica runs attempt+1; lease is "job" or "slot"
+--   {"won", fence, attempt, lease, run_id} this replica runs attempt+1; lease is "job" or "slot"
 --   {"alive", pttl}                        the owner still holds its lease (PTTL ms)
 --   {"busy", holder, pttl, holder_slot}    "retry": another run (of holder_slot) holds the job's
 --                                          lease; try after pttl
@@ -36,8 +37,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-local function settle(rec, joblease, slotlease, fence, runs, running, token, slot, ttl, retention, policy, limit)
-  local r = redis.call('HMGET', rec, 'state', 'token', 'owner', 'attempt', 'lease')
+local function settle(rec, joblease, slotlease, fence, runs, running, token, slot, ttl, retention, policy, limit, run_id)
+  local r = redis.call('HMGET', rec, 'state', 'token', 'owner', 'attempt', 'lease', 'run_id')
   if r[1] == false then
     redis.call('ZREM', running, slot)
     return {'gone'}
@@ -52,7 +53,7 @@ local function settle(rec, joblease, slotlease, fence, runs, running, token, slo
     lease = slotlease
   end
   if rtok == token then -- a retried takeover of ours
-    return {'won', tonumber(redis.call('HGET', rec, 'fence')), attempt, kind}
+    return {'won', tonumber(redis.call('HGET', rec, 'fence')), attempt, kind, r[6] or run_id}
   end
   local v = redis.call('GET', lease)
   local ltok, hslot, holder
@@ -67,13 +68,14 @@ local function settle(rec, joblease, slotlease, fence, runs, running, token, slo
     if v then
       return {'busy', holder or '', redis.call('PTTL', lease), hslot or ''}
     end
-    redis.call('HSET', rec, 'owner', replica, 'token', token, 'attempt', attempt + 1,
+    redis.call('HSET', rec, 'owner', replica, 'token', token, 'attempt', attempt + 1, 'run_id', run_id,
       'fence', string.format('%.0f', f), 'started', now, 'error', 'attempt ' .. attempt .. ' on ' .. owner .. ' lost its lease')
     redis.call('PEXPIRE', rec, retention)
     redis.call('SET', lease, token .. ' ' .. slot .. ' ' .. replica, 'PX', ttl)
     redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', 'takeover',
-      'replica', replica, 'attempt', tostring(attempt + 1), 'fence', string.format('%.0f', f), 'previous', owner)
-    return {'won', f, attempt + 1, kind}
+      'replica', replica, 'attempt', tostring(attempt + 1), 'fence', string.format('%.0f', f), 'previous', owner,
+      'run_id', run_id)
+    return {'won', f, attempt + 1, kind, run_id}
   end
   local why = 'owner ' .. owner .. ' lost its lease during attempt ' .. attempt
   if policy == 'retry' then
@@ -89,8 +91,8 @@ end
 
 local out = {}
 for i = 1, #KEYS / 6 do
-  local k, a = 6 * (i - 1), 2 + 6 * (i - 1)
+  local k, a = 6 * (i - 1), 2 + 7 * (i - 1)
   out[i] = settle(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6],
-    ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+    ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7])
 end
 return out
