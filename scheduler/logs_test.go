@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,8 +12,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // TestFailedRunsLogAboveInfo: a failed run's "job finished" line is WARN, a
@@ -62,22 +67,40 @@ func (l *lines) all() []string {
 }
 
 // TestJobsLogWithTheRunsAttributes: run.Logger is the scheduler's logger
-// with the run's job, slot, fence, attempt and replica.
+// with the run's job, slot, fence, attempt, replica and run ID; the run ID
+// is a UUIDv7, and the slot's record keeps it.
 func TestJobsLogWithTheRunsAttributes(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		var buf lines
 		reg := jobs.NewRegistry()
+		var mu sync.Mutex
+		var runs []jobs.Run
 		reg.Register("talks", func(ctx context.Context, run jobs.Run) error {
 			run.Logger.Info("hello from the job")
+			mu.Lock()
+			runs = append(runs, run)
+			mu.Unlock()
 			return nil
 		})
 		h.start("a", reg, []scheduler.Job{{Name: "talks", Schedule: "@every 1s"}},
 			scheduler.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 		time.Sleep(1500 * time.Millisecond)
 		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(runs) == 0 {
+			t.Fatal("no run")
+		}
+		run := runs[0]
+		if id, err := uuid.Parse(run.RunID); err != nil || id.Version() != 7 {
+			t.Fatalf("run ID %q (%v), want a UUIDv7", run.RunID, err)
+		}
+		if rec, ok := h.record("talks", run.Slot.Unix()); !ok || rec.RunID != run.RunID {
+			t.Fatalf("record %+v, want run ID %s", rec, run.RunID)
+		}
 		for _, l := range buf.all() {
-			if strings.Contains(l, `msg="hello from the job"`) {
-				for _, want := range []string{"slotcron.replica=a", "slotcron.job=talks", "slotcron.slot=", "slotcron.fence=", "slotcron.attempt=1"} {
+			if strings.Contains(l, `msg="hello from the job"`) && strings.Contains(l, "slotcron.slot="+run.Slot.UTC().Format(time.RFC3339)) {
+				for _, want := range []string{"slotcron.replica=a", "slotcron.job=talks", "slotcron.fence=", "slotcron.attempt=1", "slotcron.run_id=" + run.RunID} {
 					if !strings.Contains(l, want) {
 						t.Fatalf("line %q lacks %s", l, want)
 					}
@@ -86,5 +109,46 @@ func TestJobsLogWithTheRunsAttributes(t *testing.T) {
 			}
 		}
 		t.Fatalf("the job's line is missing:\n%s", strings.Join(buf.all(), "\n"))
+	})
+}
+
+// unreplicatedFinishes is a store whose finishes take effect but are not
+// acknowledged by the replicas wait_replicas asks for.
+type unreplicatedFinishes struct{ *slotstore.Store }
+
+func (u unreplicatedFinishes) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
+	errs := u.Store.Finish(ctx, reqs)
+	for i, err := range errs {
+		if err == nil {
+			errs[i] = fmt.Errorf("%w: 0 of 1", slot.ErrUnreplicated)
+		}
+	}
+	return errs
+}
+
+// TestUnreplicatedRecordsLogAtError: a run whose final record the replicas
+// did not acknowledge is logged at ERROR, once, and not finished again.
+func TestUnreplicatedRecordsLogAtError(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		var buf lines
+		reg := jobs.NewRegistry()
+		reg.Register("j", func(ctx context.Context, run jobs.Run) error { return nil })
+		h.startWith("a", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { return unreplicatedFinishes{s} }},
+			reg, []scheduler.Job{{Name: "j", Schedule: "@every 1s"}},
+			scheduler.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+		time.Sleep(1500 * time.Millisecond)
+		synctest.Wait()
+		var errs, infos int
+		for _, l := range buf.all() {
+			if strings.Contains(l, "a failover now could lose the record") && strings.Contains(l, "level=ERROR") && strings.Contains(l, "state=done") {
+				errs++
+			}
+			if strings.Contains(l, `msg="job finished"`) {
+				infos++
+			}
+		}
+		if errs == 0 || infos != 0 {
+			t.Fatalf("%d ERROR lines, %d 'job finished' lines:\n%s", errs, infos, strings.Join(buf.all(), "\n"))
+		}
 	})
 }

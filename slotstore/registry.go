@@ -37,7 +37,7 @@ type replicaJSON struct {
 func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Duration) (slot.Registry, error) {
 	desc, err := json.Marshal(replicaJSON{Version: me.Version, Started: me.Started.UnixMilli(), OffsetNS: int64(me.Offset), Jobs: me.Jobs})
 	if err != nil {
-		return slot.Registry{}, fmt.Errorf("slotstore: Heartbeat: %w", err)
+		return slot.Registry{}, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
 	jobs := make([]string, 0, len(me.Jobs))
 	for j := range me.Jobs {
@@ -50,7 +50,7 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 	})
 	vals, err := cmds[0].Slice()
 	if err != nil {
-		return slot.Registry{}, fmt.Errorf("slotstore: Heartbeat: %w", err)
+		return slot.Registry{}, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
 	r := reply(vals)
 	reg := slot.Registry{Now: time.UnixMilli(r.int(1))}
@@ -65,10 +65,10 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 			reg.Now.Sub(other.Seen).Round(time.Millisecond))
 	case "ok":
 	default:
-		return reg, fmt.Errorf("slotstore: Heartbeat: unexpected reply %v", vals)
+		return reg, fmt.Errorf("slotstore: sending the heartbeat: unexpected reply %v", vals)
 	}
 	if reg.Replicas, err = parseReplicas(vals[2:]); err != nil {
-		return reg, fmt.Errorf("slotstore: Heartbeat: %w", err)
+		return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
 	if dvals, err := cmds[1].Slice(); err == nil && len(dvals) > 0 {
 		reg.Deployments = parseDeployments(dvals[1:])
@@ -83,13 +83,13 @@ func (s *Store) Registry(ctx context.Context, stale time.Duration) (slot.Registr
 	now := pipe.Time(ctx)
 	all := pipe.HGetAll(ctx, s.registryKey())
 	if _, err := pipe.Exec(ctx); err != nil {
-		return slot.Registry{}, fmt.Errorf("slotstore: Registry: %w", err)
+		return slot.Registry{}, fmt.Errorf("slotstore: reading the replica registry: %w", err)
 	}
 	reg := slot.Registry{Now: now.Val()}
 	for id, v := range all.Val() {
 		rep, err := parseReplica(id, v)
 		if err != nil {
-			return reg, fmt.Errorf("slotstore: Registry: %w", err)
+			return reg, fmt.Errorf("slotstore: reading the replica registry: %w", err)
 		}
 		if reg.Now.Sub(rep.Seen) < stale {
 			reg.Replicas = append(reg.Replicas, rep)

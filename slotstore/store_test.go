@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotcron/slotcron/internal/rediskit"
@@ -850,5 +852,75 @@ func TestSlotClaimThroughAWrapper(t *testing.T) {
 func TestScriptHeaders(t *testing.T) {
 	for _, p := range rediskit.ScriptHeaderProblems(os.DirFS("scripts")) {
 		t.Error(p)
+	}
+}
+
+// TestRunIDs: a won claim's run ID is the claim's, or a new UUIDv7; the
+// record keeps it; a claim sent again after a lost reply gets the record's
+// run ID back, whatever it carries; a takeover's attempt has its own, and
+// the record names the attempt that ran last.
+func TestRunIDs(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_002_000, 0)
+	c := live("ids", at, "r1")
+	c.Token, c.RunID = "tok-1", "0192f5e0-0000-7000-8000-000000000001"
+	won := claimOne(t, s, c)
+	if won.Outcome != slot.OutcomeWon || won.Lease.RunID() != c.RunID {
+		t.Fatalf("claim: %+v, run ID %q", won, won.Lease.RunID())
+	}
+	again := c
+	again.RunID = "0192f5e0-0000-7000-8000-000000000002" // a caller that made a new one: the record's stands
+	if r := claimOne(t, s, again); r.Outcome != slot.OutcomeWon || r.Lease.RunID() != c.RunID {
+		t.Fatalf("the same claim again: %+v, run ID %q, want %q", r, r.Lease.RunID(), c.RunID)
+	}
+	if rec, _, _ := s.Record(ctx, "ids", at); rec.RunID != c.RunID {
+		t.Fatalf("record %+v, want run ID %q", rec, c.RunID)
+	}
+
+	// No run ID given: the store makes a UUIDv7.
+	other := claimOne(t, s, live("ids2", at, "r1"))
+	id, err := uuid.Parse(other.Lease.RunID())
+	if err != nil || id.Version() != 7 {
+		t.Fatalf("run ID %q (%v): want a UUIDv7", other.Lease.RunID(), err)
+	}
+	if rec, _, _ := s.Record(ctx, "ids2", at); rec.RunID != id.String() {
+		t.Fatalf("record %+v, want run ID %s", rec, id)
+	}
+
+	// The owner's lease lapses; a takeover runs attempt 2 under its own ID.
+	if err := rdb.Del(ctx, s.Prefix()+":{ids2}:lease").Err(); err != nil {
+		t.Fatal(err)
+	}
+	second := claimOne(t, s, takeover("ids2", at, "r2", true, 3))
+	if second.Outcome != slot.OutcomeWon || second.Lease.RunID() == "" || second.Lease.RunID() == id.String() {
+		t.Fatalf("takeover: %+v, run ID %q (first %s)", second, second.Lease.RunID(), id)
+	}
+	if rec, _, _ := s.Record(ctx, "ids2", at); rec.RunID != second.Lease.RunID() || rec.Attempt != 2 {
+		t.Fatalf("record %+v, want attempt 2's run ID %s", rec, second.Lease.RunID())
+	}
+}
+
+// TestUnreplicatedWritesAreReported: with WithWaitReplicas on a Redis that
+// has no replica, a won claim says Unreplicated, and a finish takes effect
+// but returns ErrUnreplicated: a failover could lose either, and the caller
+// must be able to say so.
+func TestUnreplicatedWritesAreReported(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := slotstore.New(srv.Client(), srv.Key("unrepl"), slotstore.WithWaitReplicas(1, 10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1_700_003_000, 0)
+	won := claimOne(t, s, live("j", at, "r1"))
+	if won.Outcome != slot.OutcomeWon || !won.Unreplicated {
+		t.Fatalf("claim %+v, want won and unreplicated", won)
+	}
+	err = finish(s, won.Lease, slot.StateDone, "")
+	if !errors.Is(err, slot.ErrUnreplicated) || errors.Is(err, slot.ErrNotHeld) {
+		t.Fatalf("finish: %v, want ErrUnreplicated", err)
+	}
+	if rec, ok, _ := s.Record(context.Background(), "j", at); !ok || rec.State != slot.StateDone {
+		t.Fatalf("record %+v, want done", rec)
 	}
 }
