@@ -66,6 +66,9 @@ func decide(c slot.Claim, res slot.Result, self string) decision {
 		if c.Kind == slot.ClaimMiss { // the catch-up policy chose it: expected
 			d.level = slog.LevelInfo
 		}
+	case slot.OutcomePaused:
+		d.level, d.msg = slog.LevelInfo, "slot recorded paused: the job is paused"
+		d.nextCatchup = c.Kind == slot.ClaimCatchup // each one gets its record
 	case slot.OutcomeBusy:
 		d.retryAfter = max(res.Wait, 0)
 		if d.retryAfter == 0 {

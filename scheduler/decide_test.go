@@ -71,6 +71,12 @@ func TestDecide(t *testing.T) {
 		{"live skipped by own run", slot.ClaimLive, slot.Result{Outcome: slot.OutcomeSkipped, Holder: self, HolderSlot: holderSlot, Wait: 4 * time.Second},
 			want{outcome: "skipped", watch: holderSlot, watchWait: 4 * time.Second, level: slog.LevelInfo, logged: true}},
 
+		// Paused: recorded; catch-up goes on to record the next one.
+		{"live paused", slot.ClaimLive, slot.Result{Outcome: slot.OutcomePaused, Reason: "paused by ops@host: migration"},
+			want{outcome: "paused", level: slog.LevelInfo, logged: true}},
+		{"catch-up paused", slot.ClaimCatchup, slot.Result{Outcome: slot.OutcomePaused, Reason: "paused by ops@host"},
+			want{outcome: "paused", nextCatchup: true, level: slog.LevelInfo, logged: true}},
+
 		// Busy: try again when the holder's lease would run out, and watch it.
 		{"catch-up busy", slot.ClaimCatchup, slot.Result{Outcome: slot.OutcomeBusy, Holder: "other", HolderSlot: holderSlot, Wait: 3 * time.Second},
 			want{outcome: "busy", retryAfter: 3 * time.Second, watch: holderSlot, watchWait: 3 * time.Second}},
@@ -112,7 +118,7 @@ func TestDecide(t *testing.T) {
 			want{outcome: "error", backoff: true, level: slog.LevelWarn, logged: true}},
 		{"takeover error", slot.ClaimTakeover, slot.Result{Err: errors.New("i/o timeout")},
 			want{outcome: "error", backoff: true, level: slog.LevelWarn, logged: true}},
-		{"an outcome this version does not know", slot.ClaimLive, slot.Result{Outcome: "paused"},
+		{"an outcome this version does not know", slot.ClaimLive, slot.Result{Outcome: "throttled"},
 			want{outcome: "error", backoff: true, level: slog.LevelError, logged: true}},
 	}
 	for _, tt := range tests {

@@ -221,6 +221,8 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 			attrs = append(attrs, "error", res.Err, "tries", p.tries+1)
 		case res.Outcome == slot.OutcomeMissed:
 			attrs = append(attrs, "late", res.Late.String(), "reason", c.Reason)
+		case res.Outcome == slot.OutcomePaused:
+			attrs = append(attrs, "reason", res.Reason)
 		case res.Holder != "":
 			attrs = append(attrs, "slotcron.holder", res.Holder, "state", string(res.State), "slotcron.attempt", res.Attempt)
 			if !res.HolderSlot.IsZero() {

@@ -84,11 +84,12 @@ const (
 	OutcomeClosed    Outcome = "closed"    // takeover: no longer running (State)
 	OutcomeGone      Outcome = "gone"      // takeover: the record has expired
 	OutcomeEarly     Outcome = "early"     // too early on the store's clock: nothing recorded; send it again after Wait
+	OutcomePaused    Outcome = "paused"    // the job is paused: recorded paused, with the pause's note (Reason)
 )
 
 // Outcomes lists every Outcome, for metrics that pre-build their label sets.
 var Outcomes = []Outcome{OutcomeWon, OutcomeLost, OutcomeSkipped, OutcomeBusy, OutcomeMissed,
-	OutcomeAlive, OutcomeAbandoned, OutcomeClosed, OutcomeGone, OutcomeEarly}
+	OutcomeAlive, OutcomeAbandoned, OutcomeClosed, OutcomeGone, OutcomeEarly, OutcomePaused}
 
 // Result is the answer to one Claim.
 type Result struct {
@@ -103,6 +104,7 @@ type Result struct {
 	Attempt    int           // OutcomeWon, OutcomeLost, OutcomeAbandoned
 	Wait       time.Duration // the holder's remaining lease, or -1 when none or unknown
 	Late       time.Duration // OutcomeMissed
+	Reason     string        // OutcomePaused: what the slot's record says
 	Err        error         // this claim failed; the others of its batch may have succeeded
 	// Unreplicated: the store was asked to have its replicas acknowledge
 	// the claim (Redis WAIT) and fewer did in time. A failover now could lose

@@ -14,7 +14,16 @@ const (
 	StateAbandoned State = "abandoned"
 	StateMissed    State = "missed"
 	StateSkipped   State = "skipped"
+	StatePaused    State = "paused"
 )
+
+// Pause is a job's pause: while it stands, each of the job's slots is
+// recorded paused, with the note, and none runs.
+type Pause struct {
+	Note string    // why, as the one who paused it wrote it
+	By   string    // who paused it (user@host)
+	At   time.Time // when, on the store's clock
+}
 
 // RunStates are the final states a run can finish with (FinishRequest.State).
 var RunStates = []State{StateDone, StateFailed, StateAbandoned}

@@ -90,12 +90,12 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 	index := map[claimProfile]int{}
 	var profiles []any
 	perClaim := make([]any, 0, 5*len(g))
-	keys := make([]string, 0, 6*len(g))
+	keys := make([]string, 0, 7*len(g))
 	for k, i := range g {
 		c := claims[i]
 		at := c.Slot.Unix()
 		keys = append(keys, s.recordKey(c.Job, at), s.leaseKey(c.Job, at, c.AllowOverlap),
-			s.fenceKey(c.Job), s.runsKey(c.Job), s.lastKey(c.Job), s.runningKey(c.Job))
+			s.fenceKey(c.Job), s.runsKey(c.Job), s.lastKey(c.Job), s.runningKey(c.Job), s.pausedKey(c.Job))
 		p := claimProfile{ttl: c.LeaseTTL.Milliseconds(), retention: c.Retention.Milliseconds(),
 			overlap: "skip", mode: claimModes[c.Kind], reason: c.Reason, early: c.MaxEarly.Milliseconds()}
 		if c.AllowOverlap {
@@ -201,6 +201,8 @@ func (s *Store) parseClaim(ctx context.Context, c slot.Claim, token, runID strin
 		res.Late = time.Duration(r.int(1)) * time.Millisecond
 	case slot.OutcomeEarly:
 		res.Wait = r.ms(1)
+	case slot.OutcomePaused:
+		res.Reason = r.str(1)
 	case slot.OutcomeAlive:
 		res.Wait = r.ms(1)
 	case slot.OutcomeAbandoned:

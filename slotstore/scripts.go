@@ -22,6 +22,7 @@ var (
 	finishScript   = rediskit.Script(scriptDir, "finish.lua")
 	takeoverScript = rediskit.Script(scriptDir, "takeover.lua", "fence_lib.lua")
 	probeScript    = rediskit.Script(scriptDir, "probe.lua")
+	pauseScript    = rediskit.Script(scriptDir, "pause.lua")
 
 	heartbeatScript   = rediskit.Script(scriptDir, "heartbeat.lua")
 	deploymentsScript = rediskit.Script(scriptDir, "deployments.lua")

@@ -138,9 +138,10 @@ func (s *Store) leaseKey(job string, slot int64, allowOverlap bool) string {
 	return s.jobKey(job, "lease")
 }
 
-func (s *Store) fenceKey(job string) string { return s.jobKey(job, "fence") }
-func (s *Store) runsKey(job string) string  { return s.jobKey(job, "runs") }
-func (s *Store) lastKey(job string) string  { return s.jobKey(job, "last") }
+func (s *Store) fenceKey(job string) string  { return s.jobKey(job, "fence") }
+func (s *Store) runsKey(job string) string   { return s.jobKey(job, "runs") }
+func (s *Store) lastKey(job string) string   { return s.jobKey(job, "last") }
+func (s *Store) pausedKey(job string) string { return s.jobKey(job, "paused") }
 func (s *Store) runningKey(job string) string {
 	return s.jobKey(job, "running")
 }

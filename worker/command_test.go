@@ -95,6 +95,8 @@ func TestCommandRefusesBadInput(t *testing.T) {
 		{[]string{"check", "-config", "/nonexistent.yaml"}, 2, "no such file"},
 		{[]string{"deploy"}, 2, `unknown command "deploy"`},
 		{[]string{"check", "-config", bad, "extra"}, 2, "unexpected arguments"},
+		{[]string{"pause", "-config", bad}, 2, "worker pause: name the job: worker pause JOB"},
+		{[]string{"resume", "tick", "tock"}, 2, "unexpected arguments"},
 	}
 	for _, tt := range tests {
 		var out, errb bytes.Buffer
@@ -270,7 +272,7 @@ func TestHelp(t *testing.T) {
 		if code := Command(context.Background(), args, ticker("x"), &out, &errb); code != 0 {
 			t.Fatalf("%q: exit %d, stderr %q", args, code, errb.String())
 		}
-		for _, cmd := range []string{"run", "check", "status", "help"} {
+		for _, cmd := range []string{"run", "check", "status", "pause", "resume", "help"} {
 			if !regexp.MustCompile(`(?m)^  ` + cmd + `\s+\S`).MatchString(out.String()) {
 				t.Errorf("%q: no line for %s in:\n%s", args, cmd, out.String())
 			}

@@ -50,7 +50,9 @@ Usage: worker COMMAND [-config FILE]
 Commands:
   run     run the cron table until SIGTERM or SIGINT (the command if only flags are given)
   check   validate the config; print it with its defaults, and each job's next 3 slots
-  status  print the live replicas, and each job's lease holder and last 10 slot records
+  status  print the live replicas, and each job's pause, lease holder and last 10 slot records
+  pause   pause a job on every replica: worker pause JOB [-note TEXT]; its slots are recorded paused
+  resume  end a job's pause: worker resume JOB
   help    print this help
 
 Flags:
@@ -68,7 +70,9 @@ Exit codes: 0 ok, 1 failure, 2 bad usage or config.
 //
 //	worker [run] -config FILE   run the cron table until SIGTERM or SIGINT
 //	worker check -config FILE   validate the config, print it and each job's next 3 slots
-//	worker status -config FILE  print the replicas, each job's lease holder and last 10 slot records
+//	worker status -config FILE  print the replicas, each job's pause, lease holder and last 10 slot records
+//	worker pause JOB [-note T]  pause a job on every replica (its slots are recorded paused)
+//	worker resume JOB           end a job's pause
 //	worker help                 list the commands
 func Main(register Registrar) {
 	redis.SetLogger(redisLogger{slog.New(slog.NewJSONHandler(os.Stderr, nil))})
@@ -97,22 +101,38 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 	if !strings.HasPrefix(args[0], "-") {
 		sub, args = args[0], args[1:]
 	}
+	switch sub {
+	case "run", "check", "status", "pause", "resume":
+	default:
+		fmt.Fprintf(stderr, "worker: unknown command %q; use run, check, status, pause or resume (worker help lists them)\n", sub)
+		return 2
+	}
 	fs := flag.NewFlagSet("worker "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "config.yaml", "the YAML config file")
+	var job string
+	note := new(string)
+	if sub == "pause" || sub == "resume" {
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") { // worker pause JOB -note TEXT
+			job, args = args[0], args[1:]
+		}
+		if sub == "pause" {
+			note = fs.String("note", "", "why: shown by status and in each paused slot's record")
+		}
+	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return 0
 	} else if err != nil {
 		return 2
 	}
-	if fs.NArg() > 0 {
+	if job == "" && (sub == "pause" || sub == "resume") && fs.NArg() == 1 { // worker pause -config F JOB
+		job = fs.Arg(0)
+	} else if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "worker %s: unexpected arguments %q\n", sub, fs.Args())
 		return 2
 	}
-	switch sub {
-	case "run", "check", "status":
-	default:
-		fmt.Fprintf(stderr, "worker: unknown command %q; use run, check or status (worker help lists them)\n", sub)
+	if job == "" && (sub == "pause" || sub == "resume") {
+		fmt.Fprintf(stderr, "worker %s: name the job: worker %s JOB [-config FILE]\n", sub, sub)
 		return 2
 	}
 
@@ -127,6 +147,8 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 		return check(cfg, *path, stdout)
 	case "status":
 		return status(ctx, cfg, rdb, stdout, stderr)
+	case "pause", "resume":
+		return pause(ctx, cfg, rdb, sub, job, *note, stdout, stderr)
 	}
 	return run(ctx, cfg, rdb, reg, stderr)
 }

@@ -35,6 +35,15 @@ func status(ctx context.Context, cfg *Config, rdb redis.UniversalClient, out, st
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	var names []string
+	for _, j := range cfg.Jobs {
+		names = append(names, j.Name)
+	}
+	pauses, err := slots.Pauses(ctx, names)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
 	for _, j := range cfg.Jobs {
 		fmt.Fprintln(out)
 		holder, at, ttl, err := slots.Holder(ctx, j.Name)
@@ -47,6 +56,13 @@ func status(ctx context.Context, cfg *Config, rdb redis.UniversalClient, out, st
 			lease = fmt.Sprintf("held by %s for slot %s, %v left", holder, at.UTC().Format(time.RFC3339), ttl.Round(time.Millisecond))
 		}
 		fmt.Fprintf(out, "job %s  schedule %q  lease: %s\n", j.Name, j.Schedule, lease)
+		if p, ok := pauses[j.Name]; ok {
+			fmt.Fprintf(out, "  PAUSED since %s by %s", p.At.UTC().Format(time.RFC3339), p.By)
+			if p.Note != "" {
+				fmt.Fprintf(out, ": %s", p.Note)
+			}
+			fmt.Fprintf(out, " (worker resume %s)\n", j.Name)
+		}
 		recs, err := slots.Records(ctx, j.Name, 10)
 		if err != nil {
 			fmt.Fprintln(stderr, err)

@@ -3,7 +3,7 @@
 -- replica sends all the claims due at one instant in one call on a single
 -- Redis, and one call per hash slot on a Cluster.)
 --
--- KEYS     6 per claim, claim i at KEYS[6*(i-1)+1 .. 6*(i-1)+6]:
+-- KEYS     7 per claim, claim i at KEYS[7*(i-1)+1 .. 7*(i-1)+7]:
 --   +1  the slot record: a hash (slot, owner, token, attempt, fence, state,
 --       lease, started, finished, error), kept for the retention and never
 --       deleted by a finish, so a finished slot stays closed. lease names
@@ -16,6 +16,7 @@
 --       scores the latest slot (unix s) that has a record
 --   +6  the job's running slots: a sorted set of the slots (unix s) whose
 --       records are running, so that a restarted replica settles them all
+--   +7  the job's pause: a hash (note, by, at) while the job is paused
 -- ARGV[1]  the replica ID
 -- ARGV[2]  the history's approximate maximum length
 -- ARGV[3]  the number of profiles, P
@@ -51,6 +52,8 @@
 --   {"skipped", holder, holder_slot, pttl}       recorded: the run of holder_slot holds the lease
 --   {"busy", holder, pttl, holder_slot}          mode "wait": a run holds the lease; nothing recorded
 --   {"missed", late_ms}                          recorded: past the deadline, or mode "miss"
+--   {"paused", why}                              recorded paused (modes "live" and "wait"): the
+--                                                job's pause stands; why quotes it
 --   {"early", ms}                                nothing recorded: the slot is that far ahead
 --                                                (mode "live"), or its deadline is (mode "expire")
 local replica, maxlen = ARGV[1], ARGV[2]
@@ -81,7 +84,7 @@ local function retried(lease, token, slot, ttl, f, attempt, run_id)
   return {'won', f, attempt, run_id}
 end
 
-local function claim(rec, lease, fence, runs, last, running, token, slot, ttl, retention, overlap, mode, deadline, reason, early, run_id)
+local function claim(rec, lease, fence, runs, last, running, paused, token, slot, ttl, retention, overlap, mode, deadline, reason, early, run_id)
   local r = redis.call('HMGET', rec, 'owner', 'state', 'token', 'fence', 'attempt', 'run_id')
   if r[2] then
     local f, attempt = tonumber(r[4] or '0') or 0, tonumber(r[5] or '0') or 0
@@ -105,6 +108,15 @@ local function claim(rec, lease, fence, runs, last, running, token, slot, ttl, r
   end
   if mode == 'live' and tonumber(early) > 0 and -late > tonumber(early) then
     return {'early', -late}
+  end
+  local pause = redis.call('HMGET', paused, 'note', 'by')
+  if pause[2] then
+    local why = 'paused by ' .. pause[2]
+    if pause[1] and pause[1] ~= '' then
+      why = why .. ': ' .. pause[1]
+    end
+    close_unrun(rec, runs, last, slot, retention, 'paused', why)
+    return {'paused', why}
   end
   if mode == 'live' and now > tonumber(deadline) then
     close_unrun(rec, runs, last, slot, retention, 'missed', reason .. ': ' .. late .. 'ms after the slot, past the misfire grace')
@@ -147,10 +159,10 @@ for p = 1, np do
   profiles[p] = {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]}
 end
 local out, first = {}, 3 + 6 * np
-for i = 1, #KEYS / 6 do
-  local k, a = 6 * (i - 1), first + 5 * (i - 1)
+for i = 1, #KEYS / 7 do
+  local k, a = 7 * (i - 1), first + 5 * (i - 1)
   local p = profiles[tonumber(ARGV[a + 3])]
-  out[i] = claim(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6],
+  out[i] = claim(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7],
     ARGV[a + 4], ARGV[a + 1], p[1], p[2], p[3], p[4], ARGV[a + 2], p[5], p[6], ARGV[a + 5])
 end
 return out

@@ -1,0 +1,121 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// TestPauseCommand: three workers run a job every second on a real Redis.
+// worker pause stops it on all of them: each slot from then on is recorded
+// paused, with the note, and runs nowhere; status says so. worker resume
+// lets the next slots run.
+func TestPauseCommand(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	rdb := srv.Client()
+	path := writeConfig(t, fmt.Sprintf(`redis:
+  addrs: [%q]
+  key_prefix: pz
+http:
+  listen: ""
+shutdown_grace: 1s
+jobs:
+  - name: tick
+    schedule: "@every 1s"
+`, srv.Addr()))
+	register := func(reg *jobs.Registry, env Env) error {
+		return reg.Register("tick", func(ctx context.Context, run jobs.Run) error {
+			return env.Redis.RPush(ctx, "pz:ran", run.Slot.Unix()).Err()
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	exits := make(chan int, 3)
+	var logs []*syncBuffer
+	for i := range 3 {
+		var stderr syncBuffer
+		logs = append(logs, &stderr)
+		t.Setenv(ReplicaIDEnv, "r"+strconv.Itoa(i))
+		go func() { exits <- Command(ctx, []string{"run", "-config", path}, register, io.Discard, &stderr) }()
+		waitFor(t, 30*time.Second, func() bool { return strings.Contains(stderr.String(), `"msg":"scheduler started"`) })
+	}
+	defer func() {
+		cancel()
+		for range logs {
+			<-exits
+		}
+	}()
+	cmd := func(args ...string) string {
+		var out, errb bytes.Buffer
+		if code := Command(context.Background(), append(args, "-config", path), register, &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	store, _ := slotstore.New(rdb, "pz")
+	paused := func() []slot.Record {
+		recs, err := store.Records(context.Background(), "tick", 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []slot.Record
+		for _, r := range recs {
+			if r.State == slot.StatePaused {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+
+	if out := cmd("pause", "tick", "-note", "migration"); !strings.HasPrefix(out, "paused tick: ") {
+		t.Fatalf("pause printed %q", out)
+	}
+	waitFor(t, 30*time.Second, func() bool { return len(paused()) >= 3 })
+	if out := cmd("status"); !strings.Contains(out, "  PAUSED since ") || !strings.Contains(out, ": migration (worker resume tick)") {
+		t.Fatalf("status while paused:\n%s", out)
+	}
+	if out := cmd("resume", "tick"); out != "resumed tick: its next slot runs\n" {
+		t.Fatalf("resume printed %q", out)
+	}
+	resumed := time.Now()
+	waitFor(t, 30*time.Second, func() bool {
+		recs, _ := store.Records(context.Background(), "tick", 1)
+		return len(recs) == 1 && recs[0].Slot.After(resumed) && recs[0].State == slot.StateDone
+	})
+
+	ran := map[string]int{}
+	for _, s := range rdb.LRange(context.Background(), "pz:ran", 0, -1).Val() {
+		ran[s]++
+	}
+	for _, r := range paused() {
+		if !strings.HasPrefix(r.Error, "paused by ") || !strings.HasSuffix(r.Error, ": migration") || ran[strconv.FormatInt(r.Slot.Unix(), 10)] != 0 {
+			t.Errorf("paused slot %s: %+v, ran %d times", r.Slot.Format(time.TimeOnly), r, ran[strconv.FormatInt(r.Slot.Unix(), 10)])
+		}
+	}
+	for s, n := range ran {
+		if n != 1 {
+			t.Errorf("slot %s ran %d times", s, n)
+		}
+	}
+}
+
+// waitFor polls ok until it holds, failing the test after limit.
+func waitFor(t *testing.T, limit time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v", limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
