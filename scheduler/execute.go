@@ -61,6 +61,7 @@ func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) (leftRunn
 	defer stop()
 	// The job's spans go under job.run; its context ends with the lease.
 	ctx = jobs.WithRun(trace.ContextWithSpan(ctx, trace.SpanFromContext(st.runCtx)), run)
+	ctx, result := jobs.CaptureResult(ctx)
 
 	log.Info("job started", "dispatch_delay", r.clock.Now().Sub(run.Slot).String())
 	began := time.Now()
@@ -79,7 +80,7 @@ func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) (leftRunn
 		return true
 	}
 	r.s.tel.ran(j.Name, string(state), took)
-	ferr := st.finishing(state, func() error { return r.finish(lease, state, text) })
+	ferr := st.finishing(state, func() error { return r.finish(lease, state, text, result()) })
 	switch {
 	case ferr == nil:
 		level := slog.LevelInfo
@@ -108,10 +109,10 @@ func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) (leftRunn
 
 // finish records the outcome through the finisher, retrying network
 // errors a few times.
-func (r *runner) finish(lease slot.Lease, state slot.State, text string) error {
+func (r *runner) finish(lease slot.Lease, state slot.State, text, result string) error {
 	var err error
 	for tries := range 3 {
-		err = r.finisher.finish(slot.FinishRequest{Lease: lease, State: state, Error: text})
+		err = r.finisher.finish(slot.FinishRequest{Lease: lease, State: state, Error: text, Result: result})
 		if err == nil || errors.Is(err, slot.ErrNotHeld) || errors.Is(err, slot.ErrUnreplicated) {
 			break
 		}

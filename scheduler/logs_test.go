@@ -152,3 +152,33 @@ func TestUnreplicatedRecordsLogAtError(t *testing.T) {
 		}
 	})
 }
+
+// TestResultsAreRecorded: what a run passes to jobs.SetResult is in its
+// slot's record, with its final state, failed runs included.
+func TestResultsAreRecorded(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		reg := jobs.NewRegistry()
+		reg.Register("ok", func(ctx context.Context, run jobs.Run) error {
+			return jobs.SetResult(ctx, "drew "+run.Slot.UTC().Format(time.TimeOnly))
+		})
+		reg.Register("bad", func(ctx context.Context, run jobs.Run) error {
+			if err := jobs.SetResult(ctx, "half done"); err != nil {
+				return err
+			}
+			return errors.New("boom")
+		})
+		first := nextSecond(0)
+		h.start("a", reg, []scheduler.Job{{Name: "ok", Schedule: "@every 1s"}, {Name: "bad", Schedule: "@every 1s"}})
+		sleepUntil(first.Add(1500 * time.Millisecond))
+		synctest.Wait()
+		for i := int64(0); i <= 1; i++ {
+			at := first.Unix() + i
+			if rec, ok := h.record("ok", at); !ok || rec.State != slot.StateDone || rec.Result != "drew "+time.Unix(at, 0).UTC().Format(time.TimeOnly) {
+				t.Errorf("ok's record %+v", rec)
+			}
+			if rec, ok := h.record("bad", at); !ok || rec.State != slot.StateFailed || rec.Result != "half done" || rec.Error != "boom" {
+				t.Errorf("bad's record %+v", rec)
+			}
+		}
+	})
+}

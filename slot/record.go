@@ -40,6 +40,7 @@ type Record struct {
 	Finished time.Time // zero while running
 	Error    string
 	RunID    string // the run's ID; "" for a slot that never started
+	Result   string // what the run attached to its record (jobs.SetResult)
 }
 
 // FinishRequest is how one run ended.
@@ -47,6 +48,9 @@ type FinishRequest struct {
 	Lease Lease
 	State State  // StateDone, StateFailed or StateAbandoned
 	Error string // the error text, "" for none
+	// Result is what the run attached (jobs.SetResult), at most
+	// jobs.MaxResult bytes; "" for none.
+	Result string
 }
 
 // Probe is what a store says of itself when asked: its clock, against which

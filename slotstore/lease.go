@@ -144,7 +144,7 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 		for _, i := range g {
 			l := leases[i]
 			c.keys = append(c.keys, l.record, l.key, s.runsKey(l.job), s.runningKey(l.job))
-			c.args = append(c.args, l.token, string(reqs[i].State), reqs[i].Error, l.retention.Milliseconds(), l.replica)
+			c.args = append(c.args, l.token, string(reqs[i].State), reqs[i].Error, l.retention.Milliseconds(), l.replica, reqs[i].Result)
 		}
 		calls[gi] = c
 	}

@@ -162,6 +162,6 @@ func parseRecord(job string, at int64, h map[string]string) slot.Record {
 	fence, _ := strconv.ParseInt(h["fence"], 10, 64)
 	return slot.Record{
 		Job: job, Slot: time.Unix(at, 0), State: slot.State(h["state"]), Owner: h["owner"],
-		Attempt: attempt, Fence: fence, Started: ms("started"), Finished: ms("finished"), Error: h["error"], RunID: h["run_id"],
+		Attempt: attempt, Fence: fence, Started: ms("started"), Finished: ms("finished"), Error: h["error"], RunID: h["run_id"], Result: h["result"],
 	}
 }

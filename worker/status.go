@@ -73,14 +73,14 @@ func status(ctx context.Context, cfg *Config, rdb redis.UniversalClient, out, st
 			continue
 		}
 		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "  SLOT\tSTATE\tREPLICA\tATTEMPT\tFENCE\tDURATION\tRUN ID\tTRACE\tERROR")
+		fmt.Fprintln(w, "  SLOT\tSTATE\tREPLICA\tATTEMPT\tFENCE\tDURATION\tRUN ID\tTRACE\tRESULT OR ERROR")
 		for _, r := range recs {
 			runID := r.RunID
 			if runID == "" {
 				runID = "-"
 			}
 			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Slot.UTC().Format(time.RFC3339), r.State, r.Owner,
-				r.Attempt, r.Fence, duration(r), runID, scheduler.SlotTraceID(cfg.Redis.KeyPrefix, j.Name, r.Slot), firstLine(r.Error))
+				r.Attempt, r.Fence, duration(r), runID, scheduler.SlotTraceID(cfg.Redis.KeyPrefix, j.Name, r.Slot), resultOrError(r))
 		}
 		w.Flush()
 	}
@@ -146,4 +146,12 @@ func firstLine(s string) string {
 		}
 	}
 	return s
+}
+
+// resultOrError is a record's error, or else its result, on one line.
+func resultOrError(r slot.Record) string {
+	if r.Error != "" {
+		return firstLine(r.Error)
+	}
+	return firstLine(r.Result)
 }

@@ -8,12 +8,13 @@
 --   +3  the job's run history stream
 --   +4  the job's running slots (a sorted set): the slot leaves it
 -- ARGV[1]  the history's approximate maximum length
--- ARGV     then 5 per run, run i from ARGV[1+5*(i-1)+1]:
+-- ARGV     then 6 per run, run i from ARGV[1+6*(i-1)+1]:
 --   +1  the run's token
 --   +2  the final state: "done", "failed" or "abandoned"
 --   +3  the error text ("" for none)
 --   +4  the record's retention, ms
 --   +5  the replica ID
+--   +6  the run's result ("" for none)
 --
 -- Returns one reply per run, in order:
 --   {1}         the record was this run's and now holds the final state (a
@@ -25,7 +26,7 @@ local maxlen = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local function finish(rec, lease, runs, running, token, state, err, retention, replica)
+local function finish(rec, lease, runs, running, token, state, err, retention, replica, result)
   local r = redis.call('HMGET', rec, 'token', 'state', 'slot', 'attempt')
   local cur = r[2] or 'gone'
   if r[1] ~= token then
@@ -37,7 +38,7 @@ local function finish(rec, lease, runs, running, token, state, err, retention, r
     end
     return {0, cur}
   end
-  redis.call('HSET', rec, 'state', state, 'finished', now, 'error', err)
+  redis.call('HSET', rec, 'state', state, 'finished', now, 'error', err, 'result', result)
   redis.call('PEXPIRE', rec, retention)
   redis.call('ZREM', running, r[3])
   local v = redis.call('GET', lease)
@@ -51,7 +52,7 @@ end
 
 local out = {}
 for i = 1, #KEYS / 4 do
-  local k, a = 4 * (i - 1), 1 + 5 * (i - 1)
-  out[i] = finish(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+  local k, a = 4 * (i - 1), 1 + 6 * (i - 1)
+  out[i] = finish(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
 end
 return out

@@ -108,6 +108,11 @@ func (l *Lottery) Draw(ctx context.Context, run jobs.Run) error {
 	if run.Logger != nil { // nil when a test calls Draw directly
 		run.Logger.Info("lottery drawn", "winners", winners)
 	}
+	// The slot's record shows the winners (worker status); outside a run
+	// the scheduler started there is no record to attach them to.
+	if err := jobs.SetResult(ctx, "winners: "+strings.Join(winners, " ")); err != nil && !errors.Is(err, jobs.ErrNoRun) {
+		return err
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package lottery_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,7 +66,8 @@ func TestDrawTenDistinctWinners(t *testing.T) {
 	ctx := context.Background()
 	at := time.Unix(1_795_000_000, 0)
 	won := w.claim(slot.ClaimLive, at, "r1", false)
-	if err := w.l.Draw(ctx, jobs.Run{Job: lottery.Name, Slot: at, Fence: won.Fence, Replica: "r1"}); err != nil {
+	rctx, result := jobs.CaptureResult(ctx) // as the scheduler does
+	if err := w.l.Draw(rctx, jobs.Run{Job: lottery.Name, Slot: at, Fence: won.Fence, Replica: "r1"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := w.rdb.SCard(ctx, w.l.Key("participants")).Val(); n != 1000 {
@@ -81,6 +83,10 @@ func TestDrawTenDistinctWinners(t *testing.T) {
 	}
 	if len(seen) != 10 || draws[0].Slot != at.Unix() || draws[0].Fence != won.Fence || draws[0].Replica != "r1" {
 		t.Fatalf("draw %+v", draws[0])
+	}
+	// The record gets the winners, for worker status.
+	if want := "winners: " + strings.Join(draws[0].Winners, " "); result() != want {
+		t.Fatalf("result %q, want %q", result(), want)
 	}
 	h := w.rdb.HGetAll(ctx, w.l.DrawKey(at.Unix())).Val()
 	if h["replica"] != "r1" || len(h["winners"]) == 0 {
