@@ -9,12 +9,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // handler serves /healthz (the process is up), /readyz (Redis answers and
-// the clock offset is under max_skew) and /metrics (Prometheus text).
-func handler(rdb redis.UniversalClient, s *scheduler.Scheduler, maxSkew time.Duration, metrics http.Handler) http.Handler {
+// the clock offset is under max_skew), /metrics (Prometheus text), and the
+// routes of adminRoutes.
+func handler(rdb redis.UniversalClient, s *scheduler.Scheduler, cfg *Config, store *slotstore.Store, adminToken string, metrics http.Handler) http.Handler {
+	maxSkew := cfg.Clock.MaxSkew
 	mux := http.NewServeMux()
+	adminRoutes(mux, cfg, store, adminToken)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

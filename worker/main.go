@@ -281,7 +281,7 @@ func run(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *jobs.
 			log.Error("http", "error", err)
 			return 1
 		}
-		srv := &http.Server{Handler: handler(rdb, s, cfg.Clock.MaxSkew, tel.Metrics), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: handler(rdb, s, cfg, slots, os.Getenv(AdminTokenEnv), tel.Metrics), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http", "error", err)

@@ -62,6 +62,14 @@ func demo(o options) int {
 		return 1
 	}
 
+	// The replicas run the schedule from the moment they start; a draw in
+	// progress (the first one seeds the participants, and a busy machine
+	// can make it outlast the interval) would make the next slot skipped
+	// (overlap: skip). The demo's slots start once no run holds the job.
+	if err := awaitFreeJob(ctx, rdb, 30*time.Second); err != nil {
+		fmt.Fprintln(os.Stderr, "lottery:", err)
+		return 1
+	}
 	var slots []time.Time
 	for t := time.Now(); len(slots) < o.slots; {
 		t = sched.Next(t)
@@ -274,4 +282,25 @@ func verdict(ctx context.Context, rdb redis.UniversalClient, l *lottery.Lottery,
 		return 1
 	}
 	return 0
+}
+
+// awaitFreeJob waits until no run holds the lottery's lease.
+func awaitFreeJob(ctx context.Context, rdb redis.UniversalClient, within time.Duration) error {
+	store, err := slotstore.New(rdb, slot.DefaultKeyPrefix)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(within)
+	for {
+		holder, at, _, err := store.Holder(ctx, lottery.Name)
+		switch {
+		case err != nil:
+			return err
+		case holder == "":
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("the draw of slot %s on %s still holds the job after %v", at.Format(time.TimeOnly), holder, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -1,0 +1,100 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// AdminTokenEnv is the environment variable that holds the bearer token of
+// the admin endpoints (POST /admin/jobs/{job}/pause and /resume). Unset or
+// empty, they are off: they answer 404 and change nothing.
+const AdminTokenEnv = "SLOTCRON_ADMIN_TOKEN"
+
+// jobView is a job as GET /jobs shows it.
+type jobView struct {
+	Name     string     `json:"name"`
+	Schedule string     `json:"schedule"`
+	Paused   *pauseView `json:"paused"` // null when the job runs
+}
+
+type pauseView struct {
+	Note string    `json:"note"`
+	By   string    `json:"by"`
+	At   time.Time `json:"at"`
+}
+
+// adminRoutes adds GET /jobs (read-only, open: each job and its pause) and,
+// behind a bearer token, POST /admin/jobs/{job}/pause (form field note) and
+// POST /admin/jobs/{job}/resume.
+func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, token string) {
+	names := make([]string, len(cfg.Jobs))
+	schedules := map[string]string{}
+	for i, jc := range cfg.Jobs {
+		names[i], schedules[jc.Name] = jc.Name, jc.Schedule
+	}
+	mux.HandleFunc("GET /jobs", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		pauses, err := store.Pauses(ctx, names)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		out := make([]jobView, len(names))
+		for i, n := range names {
+			out[i] = jobView{Name: n, Schedule: schedules[n]}
+			if p, ok := pauses[n]; ok {
+				out[i].Paused = &pauseView{Note: p.Note, By: p.By, At: p.At.UTC()}
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(out)
+	})
+	want := sha256.Sum256([]byte(token))
+	admin := func(action string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if token == "" {
+				http.Error(w, "admin endpoints are off: set "+AdminTokenEnv+" on the worker to turn them on", http.StatusNotFound)
+				return
+			}
+			// Hashes of equal length: the comparison's time says nothing of
+			// the token, not even its length.
+			got := sha256.Sum256([]byte(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")))
+			if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="slotcron admin"`)
+				http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
+				return
+			}
+			job := r.PathValue("job")
+			if _, ok := schedules[job]; !ok {
+				http.Error(w, fmt.Sprintf("no job %q in the cron table", job), http.StatusNotFound)
+				return
+			}
+			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+			defer cancel()
+			var changed bool
+			var err error
+			if action == "pause" {
+				changed, err = store.Pause(ctx, job, r.FormValue("note"), "http "+r.RemoteAddr)
+			} else {
+				changed, err = store.Resume(ctx, job)
+			}
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(map[string]any{"job": job, "action": action, "changed": changed})
+		}
+	}
+	mux.HandleFunc("POST /admin/jobs/{job}/pause", admin("pause"))
+	mux.HandleFunc("POST /admin/jobs/{job}/resume", admin("resume"))
+}

@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// TestAdminEndpoints: pause and resume over HTTP need the bearer token from
+// SLOTCRON_ADMIN_TOKEN, and are off without one; GET /jobs stays open.
+func TestAdminEndpoints(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	store, err := slotstore.New(rdb, srv.Key("adm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load("config.yaml", []byte(minimal), registered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(base, method, path, auth string, form url.Values) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	paused := func() bool {
+		p, err := store.Pauses(context.Background(), []string{"lottery"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok := p["lottery"]
+		return ok
+	}
+	note := url.Values{"note": {"migration"}}
+
+	off := httptest.NewServer(handler(rdb, nil, cfg, store, "", http.NotFoundHandler()))
+	defer off.Close()
+	if code, body := do(off.URL, "POST", "/admin/jobs/lottery/pause", "Bearer anything", note); code != http.StatusNotFound || !strings.Contains(body, "set SLOTCRON_ADMIN_TOKEN") || paused() {
+		t.Fatalf("no token set: %d %q, paused %v", code, body, paused())
+	}
+
+	on := httptest.NewServer(handler(rdb, nil, cfg, store, "s3cret", http.NotFoundHandler()))
+	defer on.Close()
+	for _, auth := range []string{"", "Bearer wrong", "Bearer s3cret2", "Basic s3cret", "s3cret"} {
+		if code, _ := do(on.URL, "POST", "/admin/jobs/lottery/pause", auth, note); code != http.StatusUnauthorized || paused() {
+			t.Fatalf("Authorization %q: %d, paused %v; want 401 and no pause", auth, code, paused())
+		}
+	}
+	if code, _ := do(on.URL, "POST", "/admin/jobs/nope/pause", "Bearer s3cret", note); code != http.StatusNotFound {
+		t.Fatalf("unknown job: %d", code)
+	}
+	if code, body := do(on.URL, "POST", "/admin/jobs/lottery/pause", "Bearer s3cret", note); code != http.StatusOK || !strings.Contains(body, `"changed":true`) || !paused() {
+		t.Fatalf("right token: %d %q, paused %v", code, body, paused())
+	}
+	// Read-only, no token needed.
+	code, body := do(on.URL, "GET", "/jobs", "", nil)
+	var jobs []jobView
+	if err := json.Unmarshal([]byte(body), &jobs); code != http.StatusOK || err != nil || len(jobs) != 1 || jobs[0].Paused == nil ||
+		jobs[0].Paused.Note != "migration" || !strings.HasPrefix(jobs[0].Paused.By, "http 127.0.0.1:") {
+		t.Fatalf("GET /jobs: %d %s (%v)", code, body, err)
+	}
+	if code, body := do(on.URL, "POST", "/admin/jobs/lottery/resume", "Bearer s3cret", nil); code != http.StatusOK || !strings.Contains(body, `"changed":true`) || paused() {
+		t.Fatalf("resume: %d %q, paused %v", code, body, paused())
+	}
+}
