@@ -106,7 +106,7 @@ func TestEverySpanEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		spans := tracetest.NewSpanRecorder()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-		names := []string{"error", "paused"} // "paused": an outcome this version does not know
+		names := []string{"error", "throttled"} // "throttled": an outcome this version does not know
 		for _, o := range slot.Outcomes {
 			names = append(names, string(o))
 		}
@@ -165,7 +165,7 @@ func TestEverySpanEnds(t *testing.T) {
 			}
 		}
 		for _, want := range append(names, "refused_skew") {
-			if want == "paused" {
+			if want == "throttled" {
 				want = "error" // an unknown outcome is handled as an error
 			}
 			if !outcomes[want] {
