@@ -216,10 +216,11 @@ func TestProbeReportsDataLoss(t *testing.T) {
 // 79 script calls of at most 64 items, so that no call blocks Redis for
 // long: other clients' short leases are at risk behind a long one. The
 // calls are counted in SLOWLOG, which logs every command here, with their
-// time on Redis. A busy machine inflates that time whenever it preempts
-// Redis mid-call, so the bound is loose: on an idle 2-core machine the
-// longest call takes about 2ms, under three concurrent test suites up to
-// 10ms; one call of all 5,000 items took 160ms or more.
+// time on Redis. That time is logged, not asserted: a busy machine inflates
+// it whenever it preempts Redis mid-call (under three concurrent test
+// suites a 64-item call once took 45ms). On an idle 2-core machine the
+// longest call takes about 2ms; one call of all 5,000 items took 160ms or
+// more. The count of calls is what proves the chunking.
 func TestBigBatchesAreChunked(t *testing.T) {
 	srv := redistest.StartOwned(t)
 	opts := srv.Options()
@@ -231,7 +232,7 @@ func TestBigBatchesAreChunked(t *testing.T) {
 	if err := s.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	const n, perCall, limit = 5000, 64, 40 * time.Millisecond
+	const n, perCall = 5000, 64
 	trips := &pipelineCounter{}
 	rdb.AddHook(trips)
 	if err := rdb.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
@@ -263,9 +264,6 @@ func TestBigBatchesAreChunked(t *testing.T) {
 			t.Fatalf("%s of %d: %d script calls, want %d (at most %d items each)", name, n, calls, want, perCall)
 		}
 		t.Logf("%s of %d: %d script calls, the longest took %v on Redis", name, n, calls, worst)
-		if worst > limit {
-			t.Errorf("%s of %d: a script call took %v on Redis, want under %v", name, n, worst, limit)
-		}
 	}
 	at := time.Unix(1_700_010_000, 0)
 	claims := make([]slot.Claim, n)

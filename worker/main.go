@@ -48,12 +48,14 @@ replica runs the job.
 Usage: worker COMMAND [-config FILE]
 
 Commands:
-  run     run the cron table until SIGTERM or SIGINT (the command if only flags are given)
-  check   validate the config; print it with its defaults, and each job's next 3 slots
-  status  print the live replicas, and each job's pause, lease holder and last 10 slot records
-  pause   pause a job on every replica: worker pause JOB [-note TEXT]; its slots are recorded paused
-  resume  end a job's pause: worker resume JOB
-  help    print this help
+  run       run the cron table until SIGTERM or SIGINT (the command if only flags are given)
+  check     validate the config; print it with its defaults, and each job's next 3 slots
+  status    print the live replicas, and each job's pause, lease holder and last 10 slot records
+  pause     pause a job on every replica: worker pause JOB [-note TEXT]; its slots are recorded paused
+  resume    end a job's pause: worker resume JOB
+  backfill  run a job's past slots that have no record, oldest first, in this process:
+            worker backfill JOB -from T -to T [-dry-run] [-parallel N] (T: 2026-11-22T12:00:00Z)
+  help      print this help
 
 Flags:
   -config FILE  the YAML config (default config.yaml); see config.example.yaml
@@ -73,6 +75,8 @@ Exit codes: 0 ok, 1 failure, 2 bad usage or config.
 //	worker status -config FILE  print the replicas, each job's pause, lease holder and last 10 slot records
 //	worker pause JOB [-note T]  pause a job on every replica (its slots are recorded paused)
 //	worker resume JOB           end a job's pause
+//	worker backfill JOB -from T -to T [-dry-run] [-parallel N]
+//	                            run the slots in [T, T] that have no record
 //	worker help                 list the commands
 func Main(register Registrar) {
 	redis.SetLogger(redisLogger{slog.New(slog.NewJSONHandler(os.Stderr, nil))})
@@ -102,9 +106,9 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 		sub, args = args[0], args[1:]
 	}
 	switch sub {
-	case "run", "check", "status", "pause", "resume":
+	case "run", "check", "status", "pause", "resume", "backfill":
 	default:
-		fmt.Fprintf(stderr, "worker: unknown command %q; use run, check, status, pause or resume (worker help lists them)\n", sub)
+		fmt.Fprintf(stderr, "worker: unknown command %q; use run, check, status, pause, resume or backfill (worker help lists them)\n", sub)
 		return 2
 	}
 	fs := flag.NewFlagSet("worker "+sub, flag.ContinueOnError)
@@ -112,26 +116,34 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 	path := fs.String("config", "config.yaml", "the YAML config file")
 	var job string
 	note := new(string)
-	if sub == "pause" || sub == "resume" {
+	var bf backfillArgs
+	takesJob := sub == "pause" || sub == "resume" || sub == "backfill"
+	if takesJob {
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") { // worker pause JOB -note TEXT
 			job, args = args[0], args[1:]
 		}
-		if sub == "pause" {
-			note = fs.String("note", "", "why: shown by status and in each paused slot's record")
-		}
+	}
+	switch sub {
+	case "pause":
+		note = fs.String("note", "", "why: shown by status and in each paused slot's record")
+	case "backfill":
+		fs.StringVar(&bf.from, "from", "", "the first slot time to consider, RFC 3339 (2026-11-22T00:00:00Z)")
+		fs.StringVar(&bf.to, "to", "", "the last slot time to consider, RFC 3339; not in the future")
+		fs.BoolVar(&bf.dryRun, "dry-run", false, "print what would run and what is left alone; change nothing")
+		fs.IntVar(&bf.parallel, "parallel", 1, "how many slots may run at once (overlap: skip runs one at a time anyway)")
 	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return 0
 	} else if err != nil {
 		return 2
 	}
-	if job == "" && (sub == "pause" || sub == "resume") && fs.NArg() == 1 { // worker pause -config F JOB
+	if job == "" && takesJob && fs.NArg() == 1 { // worker pause -config F JOB
 		job = fs.Arg(0)
 	} else if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "worker %s: unexpected arguments %q\n", sub, fs.Args())
 		return 2
 	}
-	if job == "" && (sub == "pause" || sub == "resume") {
+	if job == "" && takesJob {
 		fmt.Fprintf(stderr, "worker %s: name the job: worker %s JOB [-config FILE]\n", sub, sub)
 		return 2
 	}
@@ -149,6 +161,8 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 		return status(ctx, cfg, rdb, stdout, stderr)
 	case "pause", "resume":
 		return pause(ctx, cfg, rdb, sub, job, *note, stdout, stderr)
+	case "backfill":
+		return backfill(ctx, cfg, rdb, reg, job, bf, stdout, stderr)
 	}
 	return run(ctx, cfg, rdb, reg, stderr)
 }
@@ -259,18 +273,7 @@ func run(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *jobs.
 		log.Error("slots", "error", err)
 		return 1
 	}
-	s, err := scheduler.New(slots, reg,
-		scheduler.WithJobs(cfg.SchedulerJobs()...),
-		scheduler.WithReplicaID(cfg.ReplicaID),
-		scheduler.WithLogger(base),
-		scheduler.WithTracerProvider(tel.TracerProvider),
-		scheduler.WithMeterProvider(tel.MeterProvider),
-		scheduler.WithLeaseTTL(cfg.Lease.TTL),
-		scheduler.WithRenewEvery(cfg.Lease.RenewEvery),
-		scheduler.WithSkewLimits(cfg.Clock.WarnSkew, cfg.Clock.MaxSkew),
-		scheduler.WithShutdownGrace(cfg.ShutdownGrace),
-		scheduler.WithKeyPrefix(cfg.Redis.KeyPrefix),
-	)
+	s, err := scheduler.New(slots, reg, schedulerOptions(cfg, cfg.ReplicaID, base, tel)...)
 	if err != nil {
 		log.Error("scheduler", "error", err)
 		return 1
@@ -300,4 +303,20 @@ func run(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *jobs.
 		return 1
 	}
 	return 0
+}
+
+// schedulerOptions is the config as scheduler options, for the replica id.
+func schedulerOptions(cfg *Config, id string, log *slog.Logger, tel *Telemetry) []scheduler.Option {
+	return []scheduler.Option{
+		scheduler.WithJobs(cfg.SchedulerJobs()...),
+		scheduler.WithReplicaID(id),
+		scheduler.WithLogger(log),
+		scheduler.WithTracerProvider(tel.TracerProvider),
+		scheduler.WithMeterProvider(tel.MeterProvider),
+		scheduler.WithLeaseTTL(cfg.Lease.TTL),
+		scheduler.WithRenewEvery(cfg.Lease.RenewEvery),
+		scheduler.WithSkewLimits(cfg.Clock.WarnSkew, cfg.Clock.MaxSkew),
+		scheduler.WithShutdownGrace(cfg.ShutdownGrace),
+		scheduler.WithKeyPrefix(cfg.Redis.KeyPrefix),
+	}
 }

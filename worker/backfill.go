@@ -1,0 +1,146 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// backfillArgs are worker backfill's flags.
+type backfillArgs struct {
+	from, to string
+	dryRun   bool
+	parallel int
+}
+
+// backfill runs job, in this process, for each of its slots within
+// [from, to] that has no record, oldest first; see scheduler.Backfill.
+func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *jobs.Registry, job string, a backfillArgs, out, stderr io.Writer) int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(stderr, "worker backfill: "+format+"\n", args...)
+		return 2
+	}
+	var jc *JobConfig
+	var names []string
+	for i := range cfg.Jobs {
+		names = append(names, cfg.Jobs[i].Name)
+		if cfg.Jobs[i].Name == job {
+			jc = &cfg.Jobs[i]
+		}
+	}
+	if jc == nil {
+		return fail("no job %q in the cron table; it has: %s", job, strings.Join(names, ", "))
+	}
+	from, err1 := time.Parse(time.RFC3339, a.from)
+	to, err2 := time.Parse(time.RFC3339, a.to)
+	switch {
+	case a.from == "" || a.to == "":
+		return fail("give the range: worker backfill %s -from 2026-11-22T00:00:00Z -to 2026-11-22T12:00:00Z", job)
+	case err1 != nil:
+		return fail("-from %q is not an RFC 3339 time (2026-11-22T12:00:00Z)", a.from)
+	case err2 != nil:
+		return fail("-to %q is not an RFC 3339 time (2026-11-22T12:00:00Z)", a.to)
+	case to.Before(from):
+		return fail("-to %s is before -from %s", a.to, a.from)
+	case to.After(time.Now()):
+		return fail("-to %s is in the future: its slots are the scheduler's", a.to)
+	case a.parallel < 1:
+		return fail("-parallel must be >= 1, got %d", a.parallel)
+	}
+	sched, _ := scheduler.ParseSchedule(jc.Schedule) // validated with the config
+	var slots []time.Time
+	for t := sched.Next(from.Add(-time.Second)); !t.IsZero() && !t.After(to); t = sched.Next(t) {
+		if len(slots) == scheduler.MaxCatchupSlots {
+			return fail("[%s, %s] holds more than %d slots of %q; backfill a shorter range at a time", a.from, a.to, scheduler.MaxCatchupSlots, jc.Schedule)
+		}
+		slots = append(slots, t)
+	}
+	store, err := slotstore.New(rdb, cfg.Redis.KeyPrefix)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	var gaps []time.Time
+	for _, at := range slots {
+		rec, ok, err := store.Record(ctx, job, at)
+		if err != nil {
+			fmt.Fprintf(stderr, "worker backfill: %v\n", err)
+			return 1
+		}
+		if !ok {
+			gaps = append(gaps, at)
+			if a.dryRun {
+				fmt.Fprintf(out, "%s  would run\n", at.UTC().Format(time.RFC3339))
+			}
+		} else if a.dryRun {
+			fmt.Fprintf(out, "%s  left alone: %s by %s\n", at.UTC().Format(time.RFC3339), rec.State, rec.Owner)
+		}
+	}
+	fmt.Fprintf(out, "backfill %s: %d slots of %q in [%s, %s], %d without a record\n", job, len(slots), jc.Schedule, a.from, a.to, len(gaps))
+	if a.dryRun || len(gaps) == 0 {
+		return 0
+	}
+
+	tel, err := NewTelemetry(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "worker backfill: telemetry: %v\n", err)
+		return 1
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tel.Shutdown(sctx)
+	}()
+	var storeOpts []slotstore.Option
+	if cfg.Redis.WaitReplicas > 0 {
+		storeOpts = append(storeOpts, slotstore.WithWaitReplicas(cfg.Redis.WaitReplicas, cfg.Redis.WaitTimeout))
+	}
+	if store, err = slotstore.New(rdb, cfg.Redis.KeyPrefix, storeOpts...); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	s, err := scheduler.New(store, reg, schedulerOptions(cfg, "backfill-"+scheduler.DefaultReplicaID(), log, tel)...)
+	if err != nil {
+		fmt.Fprintf(stderr, "worker backfill: %v\n", err)
+		return 1
+	}
+	results, err := s.Backfill(ctx, job, gaps, a.parallel)
+	ran, states := 0, map[slot.State]int{}
+	for _, r := range results {
+		line := fmt.Sprintf("%s  ", r.Slot.UTC().Format(time.RFC3339))
+		switch {
+		case r.Err != nil:
+			line += "claim failed: " + r.Err.Error()
+		case r.Outcome == slot.OutcomeWon:
+			ran++
+			states[r.State]++
+			line += "ran: " + string(r.State)
+		case r.Outcome == "":
+			line += "not reached"
+		default: // a replica recorded it meanwhile, or the job is paused
+			line += fmt.Sprintf("left alone: %s (%s by %s)", r.Outcome, r.State, r.Holder)
+		}
+		fmt.Fprintln(out, line)
+	}
+	var summary []string
+	for st, n := range states {
+		summary = append(summary, fmt.Sprintf("%d %s", n, st))
+	}
+	fmt.Fprintf(out, "backfill %s: ran %d of %d (%s)\n", job, ran, len(gaps), strings.Join(summary, ", "))
+	if err != nil {
+		fmt.Fprintf(stderr, "worker backfill: stopped: %v\n", err)
+		return 1
+	}
+	return 0
+}
