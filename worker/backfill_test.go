@@ -131,10 +131,11 @@ jobs:
 			t.Errorf("gap +%d: ran %d times, record %+v", i, n, rec)
 		}
 	}
-	// Between them, the two backfills ran each gap once.
+	// Between them, the two backfills ran each gap once. (The one that read
+	// the records later may have found fewer gaps: "ran 0 of 4".)
 	total := 0
 	for _, out := range outs {
-		for _, m := range regexp.MustCompile(`ran (\d+) of 7`).FindAllStringSubmatch(out, -1) {
+		for _, m := range regexp.MustCompile(`ran (\d+) of \d+`).FindAllStringSubmatch(out, -1) {
 			n, _ := strconv.Atoi(m[1])
 			total += n
 		}
