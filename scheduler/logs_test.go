@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
@@ -180,5 +182,45 @@ func TestResultsAreRecorded(t *testing.T) {
 				t.Errorf("bad's record %+v", rec)
 			}
 		}
+	})
+}
+
+// TestJobDurationBucketsAreSeconds: a run of 20ms lands in a bucket between
+// 10ms and 50ms of slotcron.job_duration, whose bounds go from 1ms to 1h,
+// not in OTel's millisecond-style default first bucket (0–5 "seconds").
+func TestJobDurationBucketsAreSeconds(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		reader := sdkmetric.NewManualReader()
+		reg := jobs.NewRegistry()
+		reg.Register("j", func(ctx context.Context, run jobs.Run) error { time.Sleep(20 * time.Millisecond); return nil })
+		h.start("a", reg, []scheduler.Job{{Name: "j", Schedule: "@every 1s"}},
+			scheduler.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+		time.Sleep(1500 * time.Millisecond)
+		synctest.Wait()
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				hist, ok := m.Data.(metricdata.Histogram[float64])
+				if m.Name != "slotcron.job_duration" || !ok {
+					continue
+				}
+				for _, dp := range hist.DataPoints {
+					b := dp.Bounds
+					if b[0] != 0.001 || b[len(b)-1] != 3600 {
+						t.Fatalf("bounds %v, want 0.001 .. 3600 s", b)
+					}
+					for i, n := range dp.BucketCounts {
+						if n > 0 && (i == 0 || b[i-1] < 0.01 || i == len(b) || b[i] > 0.05) {
+							t.Fatalf("a 20ms run in bucket %d of %v", i, b)
+						}
+					}
+				}
+				return
+			}
+		}
+		t.Fatal("no slotcron.job_duration")
 	})
 }

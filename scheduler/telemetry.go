@@ -128,7 +128,8 @@ func newTelemetry(cfg config, jobs []string) (*telemetry, error) {
 		return nil, err
 	}
 	if t.duration, err = m.Float64Histogram("slotcron.job_duration", metric.WithUnit("s"),
-		metric.WithDescription("How long runs took, by job and final state.")); err != nil {
+		metric.WithDescription("How long runs took, by job and final state."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...)); err != nil {
 		return nil, err
 	}
 	if t.renewals, err = m.Int64Counter("slotcron.lease_renewals",
@@ -221,3 +222,8 @@ func names[S ~string](xs []S) []string {
 	}
 	return out
 }
+
+// durationBuckets are slotcron.job_duration's bucket bounds, in seconds,
+// from 1ms to 1h: OTel's defaults (0, 5, 10, 25, ... 10000) are meant for
+// milliseconds, and would put every sub-second run in one bucket.
+var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
