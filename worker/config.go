@@ -74,7 +74,10 @@ type TracingConfig struct {
 	// loopback; see checkEndpoint.
 	Insecure    bool    `yaml:"insecure"`
 	SampleRatio float64 `yaml:"sample_ratio"`
-	ServiceName string  `yaml:"service_name"`
+	// UIURL is the trace UI (Jaeger's, http://jaeger:16686): the dashboard
+	// links each slot to its trace there. Empty: no links.
+	UIURL       string `yaml:"ui_url"`
+	ServiceName string `yaml:"service_name"`
 }
 
 // JobConfig is an entry of the cron table; see scheduler.Job.

@@ -104,6 +104,11 @@ func (c *Config) validate(d *decoder) {
 	if c.Tracing.Exporter == ExporterOTLPGRPC || c.Tracing.Exporter == ExporterOTLPHTTP {
 		c.Tracing.checkEndpoint(bad)
 	}
+	if u := c.Tracing.UIURL; u != "" {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			bad("tracing.ui_url", "%q is not an http:// or https:// URL (Jaeger's UI: http://jaeger:16686)", u)
+		}
+	}
 	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 {
 		bad("tracing.sample_ratio", "must be within [0, 1], got %v", c.Tracing.SampleRatio)
 	}

@@ -91,13 +91,39 @@ func status(ctx context.Context, cfg *Config, rdb redis.UniversalClient, out, st
 // table agrees with the others': the largest group of replicas with one table
 // is taken as the reference.
 func printReplicas(ctx context.Context, slots *slotstore.Store, out io.Writer) error {
-	reg, err := slots.Registry(ctx, 3*scheduler.DefaultHeartbeatEvery)
+	rows, err := replicaRows(ctx, slots)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "replicas: %d live\n", len(reg.Replicas))
-	if len(reg.Replicas) == 0 {
+	fmt.Fprintf(out, "replicas: %d live\n", len(rows))
+	if len(rows) == 0 {
 		return nil
+	}
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "  ID\tVERSION\tSTARTED\tLAST SEEN\tCLOCK OFFSET\tTABLE")
+	for _, r := range rows {
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%v ago\t%v\t%s\n", r.ID, r.Version, r.Started.UTC().Format(time.RFC3339),
+			r.SeenAgo, r.Offset, r.Table)
+	}
+	return w.Flush()
+}
+
+// replicaRow is a live replica as status and the dashboard show it.
+type replicaRow struct {
+	ID, Version     string
+	Started         time.Time
+	SeenAgo, Offset time.Duration
+	Table           string // "agrees", or "DIFFERS from N peer(s)"
+	Agrees          bool
+}
+
+// replicaRows returns the live replicas of the deployment, and whether each
+// one's table agrees with the others': the largest group of replicas with
+// one table is taken as the reference.
+func replicaRows(ctx context.Context, slots *slotstore.Store) ([]replicaRow, error) {
+	reg, err := slots.Registry(ctx, 3*scheduler.DefaultHeartbeatEvery)
+	if err != nil {
+		return nil, err
 	}
 	tables := map[string]int{}
 	table := func(r slot.Replica) string {
@@ -116,17 +142,15 @@ func printReplicas(ctx context.Context, slots *slotstore.Store, out io.Writer) e
 			ref = t
 		}
 	}
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "  ID\tVERSION\tSTARTED\tLAST SEEN\tCLOCK OFFSET\tTABLE")
-	for _, r := range reg.Replicas {
-		agree := "agrees"
+	rows := make([]replicaRow, len(reg.Replicas))
+	for i, r := range reg.Replicas {
+		rows[i] = replicaRow{ID: r.ID, Version: r.Version, Started: r.Started, SeenAgo: reg.Now.Sub(r.Seen).Round(time.Millisecond),
+			Offset: r.Offset.Round(time.Microsecond), Table: "agrees", Agrees: true}
 		if table(r) != ref {
-			agree = "DIFFERS from " + strconv.Itoa(tables[ref]) + " peer(s)"
+			rows[i].Table, rows[i].Agrees = "DIFFERS from "+strconv.Itoa(tables[ref])+" peer(s)", false
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%v ago\t%v\t%s\n", r.ID, r.Version, r.Started.UTC().Format(time.RFC3339),
-			reg.Now.Sub(r.Seen).Round(time.Millisecond), r.Offset.Round(time.Microsecond), agree)
 	}
-	return w.Flush()
+	return rows, nil
 }
 
 func duration(r slot.Record) string {

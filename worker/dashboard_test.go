@@ -1,0 +1,99 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// TestDashboard: two workers run a job on a real Redis; the page at / shows
+// the job with its schedule and policies, a done slot naming the replica
+// that ran it with the run's result and a link to its trace, both replicas
+// agreeing, and the job's pause once it is paused. Read-only: no token.
+func TestDashboard(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	path := writeConfig(t, `redis:
+  addrs: ["`+srv.Addr()+`"]
+  key_prefix: dash
+http:
+  listen: ""
+tracing:
+  ui_url: http://jaeger.example:16686/
+shutdown_grace: 1s
+jobs:
+  - name: tick
+    schedule: "@every 1s"
+`)
+	register := func(reg *jobs.Registry, env Env) error {
+		return reg.Register("tick", func(ctx context.Context, run jobs.Run) error {
+			return jobs.SetResult(ctx, "ticked by "+run.Replica)
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	exits := make(chan int, 2)
+	for _, id := range []string{"d1", "d2"} {
+		var stderr syncBuffer
+		t.Setenv(ReplicaIDEnv, id)
+		go func() { exits <- Command(ctx, []string{"run", "-config", path}, register, io.Discard, &stderr) }()
+		waitFor(t, 30*time.Second, func() bool { return strings.Contains(stderr.String(), `"msg":"scheduler started"`) })
+	}
+	defer func() { cancel(); <-exits; <-exits }()
+
+	cfg, err := LoadFile(path, []string{"tick"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, _ := slotstore.New(srv.Client(), "dash")
+	web := httptest.NewServer(handler(srv.Client(), nil, cfg, store, "", http.NotFoundHandler()))
+	defer web.Close()
+	page := func() string {
+		resp, err := http.Get(web.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/html; charset=utf-8" {
+			t.Fatalf("GET /: %d %s\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+		}
+		return string(b)
+	}
+	var html string
+	waitFor(t, 30*time.Second, func() bool {
+		html = page()
+		return strings.Contains(html, `<span class="state done">done</span>`)
+	})
+	for _, want := range []string{
+		`<h2><code>tick</code> </h2>`,
+		`<code>@every 1s</code> · overlap skip · misfire grace 1m0s · catch-up last · owner lost: abandon`,
+		`<td><code>d1</code></td>`, `<td><code>d2</code></td>`, `<td class="ok">agrees</td>`,
+		`<h2>Replicas <span class="muted">2 live</span></h2>`,
+		`<a href="http://jaeger.example:16686/trace/`,
+		`<meta http-equiv="refresh" content="5">`,
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if !strings.Contains(html, "ticked by d1") && !strings.Contains(html, "ticked by d2") {
+		t.Errorf("no run's result on the page")
+	}
+	if _, err := store.Pause(context.Background(), "tick", "<b>maintenance</b>", "ops@host"); err != nil {
+		t.Fatal(err)
+	}
+	html = page()
+	if !strings.Contains(html, `<span class="state paused">paused</span>`) || !strings.Contains(html, "by ops@host: &lt;b&gt;maintenance&lt;/b&gt;") {
+		t.Errorf("the page does not show the pause, escaped:\n%s", html)
+	}
+	if t.Failed() {
+		t.Log(html)
+	}
+}
