@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -31,6 +32,14 @@ func demo(o options) int {
 	if o.replicas < 1 || o.slots < 1 {
 		fmt.Fprintln(os.Stderr, "lottery: -replicas and -slots must be at least 1")
 		return 2
+	}
+	if o.jaeger != "" { // traces sent to nothing would be lost without a word
+		c, err := net.DialTimeout("tcp", o.jaeger, 2*time.Second)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "lottery: -jaeger %s: nothing answers there (%v); start Jaeger (see the README) or leave -jaeger out\n", o.jaeger, err)
+			return 2
+		}
+		c.Close()
 	}
 	where := "Redis at " + o.redis
 	if o.redis == "" {
@@ -82,8 +91,8 @@ func demo(o options) int {
 	stopReplicas(kids) // they flush their spans as they stop
 
 	code := verdict(ctx, rdb, l, slots, seen)
-	if o.jaeger != "" {
-		showTraces(ctx, jaegerUI(o.jaeger), slots)
+	if o.jaeger != "" && !showTraces(ctx, jaegerUI(o.jaeger), slots) {
+		code = max(code, 1)
 	}
 	return code
 }

@@ -45,7 +45,7 @@ func jaegerUI(otlp string) string {
 // showTraces reads each slot's trace back from Jaeger, as its UI does, and
 // prints what it holds: every replica's slot span, its outcome and holder.
 // The trace ID is derived from the slot: no search is needed.
-func showTraces(ctx context.Context, ui string, slots []time.Time) {
+func showTraces(ctx context.Context, ui string, slots []time.Time) bool {
 	fmt.Printf("Jaeger (%s) holds one trace per slot:\n", ui)
 	client := &http.Client{Timeout: 5 * time.Second}
 	for _, s := range slots {
@@ -58,7 +58,7 @@ func showTraces(ctx context.Context, ui string, slots []time.Time) {
 			resp, err := client.Do(req)
 			if err != nil {
 				fmt.Printf("  cannot read %s from Jaeger: %v\n", id, err)
-				return
+				return false
 			}
 			tr = jaegerTrace{}
 			json.NewDecoder(resp.Body).Decode(&tr)
@@ -74,6 +74,7 @@ func showTraces(ctx context.Context, ui string, slots []time.Time) {
 		}
 		fmt.Printf("%s  trace %s  %s\n          %s/trace/%s\n", s.Format(time.TimeOnly), id, strings.Join(spans, " · "), ui, id)
 	}
+	return true
 }
 
 func summarize(tr jaegerTrace) []string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -30,5 +31,19 @@ func TestJaegerUIAddress(t *testing.T) {
 		if got := jaegerUI(otlp); got != want {
 			t.Errorf("jaegerUI(%q) = %q, want %q", otlp, got, want)
 		}
+	}
+}
+
+// TestJaegerThatIsNotThere: -jaeger at an address where nothing listens is
+// an error before anything starts, not a run whose traces go nowhere.
+func TestJaegerThatIsNotThere(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	if code := demo(options{schedule: "@every 2s", replicas: 1, slots: 1, jaeger: addr}); code != 2 {
+		t.Fatalf("demo with -jaeger %s (nothing there) exited %d, want 2", addr, code)
 	}
 }
