@@ -78,9 +78,13 @@ func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time,
 				next++
 			case wait > 0: // busy: a run holds the job
 				if inflight > 0 {
-					ev := <-r.runEnded
-					inflight--
-					out[index[ev.claim.Slot.Unix()]].State = r.finalState(ctx, j, ev)
+					select {
+					case ev := <-r.runEnded:
+						inflight--
+						out[index[ev.claim.Slot.Unix()]].State = r.finalState(ctx, j, ev)
+					case <-ctx.Done():
+						return out, ctx.Err()
+					}
 				} else if !r.sleep(ctx, wait) {
 					return out, ctx.Err()
 				}
