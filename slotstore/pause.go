@@ -18,6 +18,9 @@ func (s *Store) Pause(ctx context.Context, job, note, by string) (bool, error) {
 	if err := checkJob(job); err != nil {
 		return false, fmt.Errorf("slotstore: pausing: %w", err)
 	}
+	if by == "" {
+		return false, fmt.Errorf("slotstore: pausing %s: say who pauses it (by)", job)
+	}
 	n, err := pauseScript.Run(ctx, s.rdb, []string{s.pausedKey(job)}, "pause", note, by).Int()
 	if err != nil {
 		return false, fmt.Errorf("slotstore: pausing %s: %w", job, err)

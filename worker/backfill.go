@@ -57,6 +57,13 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 	case a.parallel < 1:
 		return fail("-parallel must be >= 1, got %d", a.parallel)
 	}
+	// A slot record lives for the job's retention: past it, "no record"
+	// no longer means "never ran", and a backfill would run it again.
+	retention := jc.schedulerJob().WithDefaults(cfg.Lease.TTL).Retention
+	if oldest := time.Now().Add(-retention).Add(time.Minute); from.Before(oldest) {
+		return fail("-from %s is older than the job's retention (%v) allows: its slots' records may have expired, and a slot that ran would run again; use -from %s or later",
+			a.from, retention, oldest.UTC().Truncate(time.Minute).Add(time.Minute).Format(time.RFC3339))
+	}
 	sched, _ := scheduler.ParseSchedule(jc.Schedule) // validated with the config
 	var slots []time.Time
 	for t := sched.Next(from.Add(-time.Second)); !t.IsZero() && !t.After(to); t = sched.Next(t) {
@@ -69,6 +76,22 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	// A paused job's claims record paused: a backfill would use its gaps up.
+	if pauses, err := store.Pauses(ctx, []string{job}); err != nil {
+		fmt.Fprintf(stderr, "worker backfill: %v\n", err)
+		return 1
+	} else if p, ok := pauses[job]; ok {
+		return fail("%s is paused (by %s: %s): resume it first, or its gaps would be recorded paused", job, p.By, p.Note)
+	}
+	// With no replica live, the slots of the outage are not recorded yet:
+	// replicas that start after a backfill of its latest part would catch up
+	// only after it, and leave the earlier ones without a record.
+	if reg, err := store.Registry(ctx, 3*scheduler.DefaultHeartbeatEvery); err != nil {
+		fmt.Fprintf(stderr, "worker backfill: %v\n", err)
+		return 1
+	} else if len(reg.Replicas) == 0 && !a.dryRun {
+		return fail("no replica is live: start the workers first (they record the slots they missed as their catch-up policy says), then backfill what is left")
 	}
 	var gaps []time.Time
 	for _, at := range slots {
@@ -128,7 +151,9 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 			line += "ran: " + string(r.State)
 		case r.Outcome == "":
 			line += "not reached"
-		default: // a replica recorded it meanwhile, or the job is paused
+		case r.Outcome == slot.OutcomePaused:
+			line += "recorded paused: the job was paused meanwhile"
+		default: // a replica recorded it meanwhile
 			line += fmt.Sprintf("left alone: %s (%s by %s)", r.Outcome, r.State, r.Holder)
 		}
 		fmt.Fprintln(out, line)

@@ -88,6 +88,19 @@ jobs:
 		t.Fatalf("dry run:\n%s", out)
 	}
 
+	// Refused, and nothing recorded: with no replica live (the outage's
+	// slots are not recorded yet); a range older than the retention (records
+	// may have expired); a paused job (its gaps would be recorded paused).
+	refused := func(why string, args ...string) {
+		t.Helper()
+		code, _, errs := cmd(append([]string{"backfill", "tick"}, args...)...)
+		if code != 2 || !strings.Contains(errs, why) {
+			t.Fatalf("backfill %v: exit %d, %q; want 2 and %q", args, code, errs, why)
+		}
+	}
+	refused("no replica is live", rng...)
+	refused("older than the job's retention (24h0m0s) allows", "-from", time.Now().Add(-25*time.Hour).UTC().Format(time.RFC3339), "-to", to.UTC().Format(time.RFC3339))
+
 	// Two workers run the table; two backfills race over the range.
 	runCtx, stop := context.WithCancel(ctx)
 	exits := make(chan int, 2)
@@ -96,6 +109,13 @@ jobs:
 		t.Setenv(ReplicaIDEnv, "w"+strconv.Itoa(i))
 		go func() { exits <- Command(runCtx, []string{"run", "-config", path}, register, io.Discard, &stderr) }()
 		waitFor(t, 30*time.Second, func() bool { return strings.Contains(stderr.String(), `"msg":"scheduler started"`) })
+	}
+	if _, err := store.Pause(ctx, "tick", "maintenance", "ops@host"); err != nil {
+		t.Fatal(err)
+	}
+	refused("tick is paused (by ops@host: maintenance): resume it first", rng...)
+	if _, err := store.Resume(ctx, "tick"); err != nil {
+		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	outs := make([]string, 2)

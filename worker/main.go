@@ -162,6 +162,10 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 	case "pause", "resume":
 		return pause(ctx, cfg, rdb, sub, job, *note, stdout, stderr)
 	case "backfill":
+		// SIGINT or SIGTERM stops claiming; runs in progress finish and are
+		// recorded (for the shutdown grace), as in run.
+		ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
 		return backfill(ctx, cfg, rdb, reg, job, bf, stdout, stderr)
 	}
 	return run(ctx, cfg, rdb, reg, stderr)
