@@ -13,7 +13,7 @@ import (
 type BackfillSlot struct {
 	Slot    time.Time
 	Outcome slot.Outcome // won: this process ran it; lost: it had a record; paused: recorded paused
-	State   slot.State   // the record's state: the run's final state, or the one it had
+	State   slot.State   // won: the state the run finished with ("running": left for a takeover); else the record's
 	Holder  string       // lost: the record's owner
 	Err     error        // the claim could not be made
 }
@@ -67,6 +67,14 @@ func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time,
 		index[at.Unix()] = i
 	}
 	inflight := 0
+	ended := func(ev runEnded) {
+		inflight--
+		st := ev.state
+		if ev.leftRunning() {
+			st = slot.StateRunning
+		}
+		out[index[ev.claim.Slot.Unix()]].State = st
+	}
 	for next := 0; next < len(slots) || inflight > 0; {
 		if next < len(slots) && inflight < parallel {
 			res, wait := r.backfillOne(ctx, j, slots[next], &out[next])
@@ -80,8 +88,7 @@ func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time,
 				if inflight > 0 {
 					select {
 					case ev := <-r.runEnded:
-						inflight--
-						out[index[ev.claim.Slot.Unix()]].State = r.finalState(ctx, j, ev)
+						ended(ev)
 					case <-ctx.Done():
 						return out, ctx.Err()
 					}
@@ -95,8 +102,7 @@ func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time,
 		}
 		select {
 		case ev := <-r.runEnded:
-			inflight--
-			out[index[ev.claim.Slot.Unix()]].State = r.finalState(ctx, j, ev)
+			ended(ev)
 		case <-ctx.Done():
 			return out, ctx.Err()
 		}
@@ -150,20 +156,4 @@ func (r *runner) backfillOne(ctx context.Context, j *jobState, at time.Time, out
 		st.end(ending{outcome: string(res.Outcome), holder: res.Holder, fence: res.Fence, attempt: res.Attempt})
 		return res.Outcome, 0
 	}
-}
-
-// finalState reads the state a backfilled run's record ended with.
-func (r *runner) finalState(ctx context.Context, j *jobState, ev runEnded) slot.State {
-	if ev.leftRunning {
-		return slot.StateRunning
-	}
-	type recorder interface {
-		Record(ctx context.Context, job string, at time.Time) (slot.Record, bool, error)
-	}
-	if rc, ok := r.s.claimer.(recorder); ok {
-		if rec, found, err := rc.Record(ctx, j.Name, ev.claim.Slot); err == nil && found {
-			return rec.State
-		}
-	}
-	return ""
 }

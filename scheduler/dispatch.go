@@ -39,7 +39,7 @@ func (r *runner) loop(ctx context.Context) {
 // onRunEnded acts on a run that has returned.
 func (r *runner) onRunEnded(ev runEnded) {
 	now := r.clock.Now()
-	if ev.leftRunning {
+	if ev.leftRunning() {
 		r.watch(now, ev.job, ev.claim.Slot, -1)
 	}
 	if ev.claim.Kind == slot.ClaimCatchup {

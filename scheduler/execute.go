@@ -24,15 +24,15 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 	r.jobsWG.Add(1)
 	go func() {
 		defer r.jobsWG.Done()
-		leftRunning := r.execute(j, lease, st)
-		r.ended(runEnded{job: j, claim: c, leftRunning: leftRunning})
+		r.ended(runEnded{job: j, claim: c, state: r.execute(j, lease, st)})
 	}()
 }
 
 // execute runs the job under a context that ends on timeout, on shutdown
 // (after the grace) or on lease loss, records the outcome and ends the slot's
-// trace. It reports whether the slot was left running for a takeover.
-func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) (leftRunning bool) {
+// trace. It returns the final state the run recorded (or tried to), or ""
+// when it left the slot running for a takeover.
+func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) slot.State {
 	run := jobs.Run{Job: j.Name, Slot: lease.Slot(), Attempt: lease.Attempt(), Fence: lease.Fence(),
 		Replica: r.self, Token: lease.Token(), RunID: lease.RunID()}
 	defer st.end(ending{outcome: string(slot.OutcomeWon), holder: r.self, fence: run.Fence, attempt: run.Attempt})
@@ -77,7 +77,7 @@ func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) (leftRunn
 	if state == "" {
 		log.Warn("lease lost mid-run; leaving the slot to a takeover", "error", text)
 		r.s.tel.ran(j.Name, string(slot.StateAbandoned), took)
-		return true
+		return ""
 	}
 	r.s.tel.ran(j.Name, string(state), took)
 	ferr := st.finishing(state, func() error { return r.finish(lease, state, text, result()) })
@@ -104,7 +104,7 @@ func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) (leftRunn
 		log.Error("job finished, but its outcome could not be recorded; the record stays running until a takeover settles it",
 			"state", string(state), "error", ferr)
 	}
-	return false
+	return state
 }
 
 // finish records the outcome through the finisher, retrying network

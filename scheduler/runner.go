@@ -48,10 +48,14 @@ type runner struct {
 type runEnded struct {
 	job   *jobState
 	claim slot.Claim // the claim that won the run
-	// leftRunning: the lease was lost under on_owner_lost: retry, so the
-	// record stays running for a takeover, by any replica, this one included.
-	leftRunning bool
+	// state is the final state the run recorded (or tried to); "" when the
+	// lease was lost under on_owner_lost: retry, so the record stays running
+	// for a takeover, by any replica, this one included.
+	state slot.State
 }
+
+// leftRunning reports whether the run left its slot running for a takeover.
+func (e runEnded) leftRunning() bool { return e.state == "" }
 
 func newRunner(s *Scheduler) *runner {
 	killCtx, kill := context.WithCancel(context.Background())
