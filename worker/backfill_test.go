@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -102,14 +101,7 @@ jobs:
 	refused("older than the job's retention (24h0m0s) allows", "-from", time.Now().Add(-25*time.Hour).UTC().Format(time.RFC3339), "-to", to.UTC().Format(time.RFC3339))
 
 	// Two workers run the table; two backfills race over the range.
-	runCtx, stop := context.WithCancel(ctx)
-	exits := make(chan int, 2)
-	for i := range 2 {
-		var stderr syncBuffer
-		t.Setenv(ReplicaIDEnv, "w"+strconv.Itoa(i))
-		go func() { exits <- Command(runCtx, []string{"run", "-config", path}, register, io.Discard, &stderr) }()
-		waitFor(t, 30*time.Second, func() bool { return strings.Contains(stderr.String(), `"msg":"scheduler started"`) })
-	}
+	stop := startWorkers(t, path, register, "w0", "w1")
 	if _, err := store.Pause(ctx, "tick", "maintenance", "ops@host"); err != nil {
 		t.Fatal(err)
 	}
@@ -132,8 +124,6 @@ jobs:
 	}
 	wg.Wait()
 	stop()
-	<-exits
-	<-exits
 
 	ran := map[string]int{}
 	for _, s := range rdb.LRange(ctx, "bf:ran", 0, -1).Val() {

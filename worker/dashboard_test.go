@@ -37,15 +37,7 @@ jobs:
 			return jobs.SetResult(ctx, "ticked by "+run.Replica)
 		})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	exits := make(chan int, 2)
-	for _, id := range []string{"d1", "d2"} {
-		var stderr syncBuffer
-		t.Setenv(ReplicaIDEnv, id)
-		go func() { exits <- Command(ctx, []string{"run", "-config", path}, register, io.Discard, &stderr) }()
-		waitFor(t, 30*time.Second, func() bool { return strings.Contains(stderr.String(), `"msg":"scheduler started"`) })
-	}
-	defer func() { cancel(); <-exits; <-exits }()
+	startWorkers(t, path, register, "d1", "d2")
 
 	cfg, err := LoadFile(path, []string{"tick"})
 	if err != nil {

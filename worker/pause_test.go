@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,22 +39,7 @@ jobs:
 			return env.Redis.RPush(ctx, "pz:ran", run.Slot.Unix()).Err()
 		})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	exits := make(chan int, 3)
-	var logs []*syncBuffer
-	for i := range 3 {
-		var stderr syncBuffer
-		logs = append(logs, &stderr)
-		t.Setenv(ReplicaIDEnv, "r"+strconv.Itoa(i))
-		go func() { exits <- Command(ctx, []string{"run", "-config", path}, register, io.Discard, &stderr) }()
-		waitFor(t, 30*time.Second, func() bool { return strings.Contains(stderr.String(), `"msg":"scheduler started"`) })
-	}
-	defer func() {
-		cancel()
-		for range logs {
-			<-exits
-		}
-	}()
+	startWorkers(t, path, register, "r0", "r1", "r2")
 	cmd := func(args ...string) string {
 		var out, errb bytes.Buffer
 		if code := Command(context.Background(), append(args, "-config", path), register, &out, &errb); code != 0 {
@@ -118,4 +104,34 @@ func waitFor(t *testing.T, limit time.Duration, ok func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// startWorkers runs a worker (Command run) per id with the config at path,
+// each one started before the next (SLOTCRON_REPLICA_ID is read at start).
+// The returned stop, also run at cleanup, ends them and fails the test if
+// one exited non-zero.
+func startWorkers(t *testing.T, path string, register Registrar, ids ...string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	exits := make(chan int, len(ids))
+	logs := make([]*syncBuffer, len(ids))
+	for i, id := range ids {
+		logs[i] = &syncBuffer{}
+		t.Setenv(ReplicaIDEnv, id)
+		go func() { exits <- Command(ctx, []string{"run", "-config", path}, register, io.Discard, logs[i]) }()
+		waitFor(t, 30*time.Second, func() bool { return strings.Contains(logs[i].String(), `"msg":"scheduler started"`) })
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			for range ids {
+				if code := <-exits; code != 0 {
+					t.Errorf("a worker exited %d", code)
+				}
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
