@@ -1,7 +1,9 @@
 package slot
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -30,9 +32,16 @@ const (
 	// slot still ends with a record if no replica claims it. Before the
 	// deadline it answers OutcomeEarly and records nothing.
 	ClaimExpire
+	// ClaimManual claims a manual slot (Claim.Manual): one that someone asked
+	// for, outside the schedule. It has no deadline; like a live slot, it is
+	// recorded skipped while a run holds the job (overlap skip), and paused
+	// while the job is paused. Its record is the manual slot's own, apart
+	// from the scheduled slots': a manual slot and the scheduled slot of the
+	// same second are two slots.
+	ClaimManual
 )
 
-var kindNames = [...]string{ClaimLive: "live", ClaimCatchup: "catchup", ClaimMiss: "miss", ClaimTakeover: "takeover", ClaimExpire: "expire"}
+var kindNames = [...]string{ClaimLive: "live", ClaimCatchup: "catchup", ClaimMiss: "miss", ClaimTakeover: "takeover", ClaimExpire: "expire", ClaimManual: "manual"}
 
 func (k Kind) String() string {
 	if k >= 0 && int(k) < len(kindNames) {
@@ -67,6 +76,38 @@ type Claim struct {
 	// record, on the run's spans and log lines. Unlike the token it is not
 	// a secret. A claim sent again keeps it. Empty: the store makes one.
 	RunID string
+	// Manual is set for a manual slot (ClaimManual, and a takeover of one);
+	// nil for a scheduled slot. Slot is then when it was asked for.
+	Manual *Manual
+}
+
+// Manual names a manual slot and says who asked for it. A manual slot is
+// identified by its ID: asking again with the same ID finds the first one's
+// record, and runs nothing.
+type Manual struct {
+	ID   string // the idempotency key, or a UUIDv7; see CheckManualID
+	By   string // who asked (user@host)
+	Note string // why, as they wrote it
+}
+
+// MaxManualID and MaxNote bound a manual slot's ID and note.
+const (
+	MaxManualID = 128
+	MaxNote     = 1024
+)
+
+// CheckManualID reports whether id can name a manual slot: 1 to MaxManualID
+// characters among letters, digits and "-_.:".
+func CheckManualID(id string) error {
+	if id == "" || len(id) > MaxManualID {
+		return fmt.Errorf("a manual slot's ID (idempotency key) must be 1 to %d characters, got %d", MaxManualID, len(id))
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.:", c)) {
+			return fmt.Errorf("a manual slot's ID (idempotency key) may hold only letters, digits and -_.: (got %q)", c)
+		}
+	}
+	return nil
 }
 
 // Outcome is the answer to one Claim.
@@ -99,13 +140,16 @@ type Result struct {
 	// HolderSlot is the slot of the run that holds the job's lease
 	// (OutcomeSkipped, OutcomeBusy): the one to watch in case its owner dies.
 	HolderSlot time.Time
-	State      State         // OutcomeLost, OutcomeClosed
-	Fence      int64         // OutcomeWon, OutcomeLost
-	Attempt    int           // OutcomeWon, OutcomeLost, OutcomeAbandoned
-	Wait       time.Duration // the holder's remaining lease, or -1 when none or unknown
-	Late       time.Duration // OutcomeMissed
-	Reason     string        // OutcomePaused: what the slot's record says
-	Err        error         // this claim failed; the others of its batch may have succeeded
+	// HolderManual is the ID of the manual slot whose run holds the job's
+	// lease (OutcomeSkipped, OutcomeBusy); HolderSlot is then zero.
+	HolderManual string
+	State        State         // OutcomeLost, OutcomeClosed
+	Fence        int64         // OutcomeWon, OutcomeLost
+	Attempt      int           // OutcomeWon, OutcomeLost, OutcomeAbandoned
+	Wait         time.Duration // the holder's remaining lease, or -1 when none or unknown
+	Late         time.Duration // OutcomeMissed
+	Reason       string        // OutcomePaused: what the slot's record says
+	Err          error         // this claim failed; the others of its batch may have succeeded
 	// Unreplicated: the store was asked to have its replicas acknowledge
 	// the claim (Redis WAIT) and fewer did in time. A failover now could lose
 	// the claim, and another replica could run the slot again.

@@ -41,6 +41,9 @@ type Record struct {
 	Error    string
 	RunID    string // the run's ID; "" for a slot that never started
 	Result   string // what the run attached to its record (jobs.SetResult)
+	// Manual is set for a manual slot's record; Slot is then when the
+	// record was written (the claim, on the store's clock).
+	Manual *Manual
 }
 
 // FinishRequest is how one run ended.
@@ -66,6 +69,7 @@ type Probe struct {
 // slot that has a record, and every slot whose record is still running, each
 // of which the replica settles by the job's policy (its owner may be gone).
 type JobState struct {
-	Last    time.Time   // zero when no slot of the job has a record
-	Running []time.Time // oldest first
+	Last          time.Time   // zero when no slot of the job has a record
+	Running       []time.Time // oldest first
+	RunningManual []string    // the IDs of the manual slots whose records are running
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotcron/slotcron/internal/rediskit"
+	"github.com/slotcron/slotcron/slot"
 )
 
 // call is one script call of a batch.
@@ -173,4 +175,18 @@ func (r *replyReader) ms(i int) time.Duration {
 		return -1
 	}
 	return time.Duration(n) * time.Millisecond
+}
+
+// holderSlot reads the slot of the run that holds a job's lease into res:
+// unix seconds (HolderSlot), or a manual slot's reference (HolderManual);
+// "" when the lease's value was not ours to parse.
+func (r *replyReader) holderSlot(i int, res *slot.Result) {
+	hs := r.str(i)
+	switch {
+	case hs == "":
+	case strings.HasPrefix(hs, manualRef("")):
+		res.HolderManual = strings.TrimPrefix(hs, manualRef(""))
+	default:
+		res.HolderSlot = time.Unix(r.int(i), 0)
+	}
 }

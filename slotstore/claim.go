@@ -23,11 +23,14 @@ func (s *Store) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, 
 		if err := checkJob(c.Job); err != nil {
 			return nil, fmt.Errorf("slotstore: Claim %d: %w", i, err)
 		}
-		if c.Kind < slot.ClaimLive || c.Kind > slot.ClaimExpire {
+		if c.Kind < slot.ClaimLive || c.Kind > slot.ClaimManual {
 			return nil, fmt.Errorf("slotstore: Claim %d (%s): unknown kind %s", i, c.Job, c.Kind)
 		}
 		if (c.Kind != slot.ClaimMiss && c.Kind != slot.ClaimExpire && c.LeaseTTL < slot.MinLeaseTTL) || c.Retention <= 0 {
 			return nil, fmt.Errorf("slotstore: Claim %d (%s): lease TTL must be >= %v and retention > 0", i, c.Job, slot.MinLeaseTTL)
+		}
+		if err := checkManual(c); err != nil {
+			return nil, fmt.Errorf("slotstore: Claim %d (%s): %w", i, c.Job, err)
 		}
 	}
 	tokens, runIDs := make([]string, len(claims)), make([]string, len(claims))
@@ -70,8 +73,24 @@ func (s *Store) group(claims []slot.Claim) [][]int {
 	})
 }
 
+// checkManual checks that a claim is manual exactly when its kind says so
+// (a takeover may be either), and the manual slot's ID and note.
+func checkManual(c slot.Claim) error {
+	switch {
+	case c.Kind == slot.ClaimManual && c.Manual == nil:
+		return errors.New("a manual claim needs Manual")
+	case c.Manual == nil:
+		return nil
+	case c.Kind != slot.ClaimManual && c.Kind != slot.ClaimTakeover:
+		return fmt.Errorf("a %s claim cannot be for a manual slot", c.Kind)
+	case len(c.Manual.Note) > slot.MaxNote:
+		return fmt.Errorf("the note is %d bytes, more than %d", len(c.Manual.Note), slot.MaxNote)
+	}
+	return slot.CheckManualID(c.Manual.ID)
+}
+
 // claimModes are claim.lua's ARGV mode for each kind of claim.
-var claimModes = [...]string{slot.ClaimLive: "live", slot.ClaimCatchup: "wait", slot.ClaimMiss: "miss", slot.ClaimExpire: "expire"}
+var claimModes = [...]string{slot.ClaimLive: "live", slot.ClaimCatchup: "wait", slot.ClaimMiss: "miss", slot.ClaimExpire: "expire", slot.ClaimManual: "manual"}
 
 // claimProfile is what claims of one job share in claim.lua's arguments:
 // sent once per call, not once per claim.
@@ -80,6 +99,7 @@ type claimProfile struct {
 	overlap, mode  string
 	reason         string
 	early          int64
+	by, note       string // a manual slot's
 }
 
 // claimCall is one claim.lua call for the claims at indexes g. It sets
@@ -93,11 +113,14 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 	keys := make([]string, 0, 7*len(g))
 	for k, i := range g {
 		c := claims[i]
-		at := c.Slot.Unix()
-		keys = append(keys, s.recordKey(c.Job, at), s.leaseKey(c.Job, at, c.AllowOverlap),
+		ref, record, lease := s.target(c, c.AllowOverlap)
+		keys = append(keys, record, lease,
 			s.fenceKey(c.Job), s.runsKey(c.Job), s.lastKey(c.Job), s.runningKey(c.Job), s.pausedKey(c.Job))
 		p := claimProfile{ttl: c.LeaseTTL.Milliseconds(), retention: c.Retention.Milliseconds(),
 			overlap: "skip", mode: claimModes[c.Kind], reason: c.Reason, early: c.MaxEarly.Milliseconds()}
+		if c.Manual != nil {
+			p.by, p.note = c.Manual.By, c.Manual.Note
+		}
 		if c.AllowOverlap {
 			p.overlap = "allow"
 		}
@@ -108,7 +131,7 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 		if !ok {
 			pi = len(index) + 1
 			index[p] = pi
-			profiles = append(profiles, p.ttl, p.retention, p.overlap, p.mode, p.reason, p.early)
+			profiles = append(profiles, p.ttl, p.retention, p.overlap, p.mode, p.reason, p.early, p.by, p.note)
 		}
 		tokens[i] = c.Token
 		if tokens[i] == "" {
@@ -120,7 +143,7 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 		if c.Kind != slot.ClaimMiss && c.Kind != slot.ClaimExpire { // no run comes of those
 			runIDs[i] = runID(c)
 		}
-		perClaim = append(perClaim, at, c.Deadline.UnixMilli(), pi, tokens[i], runIDs[i])
+		perClaim = append(perClaim, ref, c.Deadline.UnixMilli(), pi, tokens[i], runIDs[i])
 	}
 	args := make([]any, 0, 3+len(profiles)+len(perClaim))
 	args = append(args, claims[g[0]].Replica, s.maxHistory, len(index))
@@ -136,19 +159,19 @@ func (s *Store) takeoverCall(claims []slot.Claim, tokens, runIDs []string, g []i
 	args = append(args, claims[g[0]].Replica, s.maxHistory)
 	for _, i := range g {
 		c := claims[i]
-		at := c.Slot.Unix()
 		tokens[i] = c.Token
 		if tokens[i] == "" {
 			tokens[i] = rediskit.NewToken()
 		}
-		keys = append(keys, s.recordKey(c.Job, at), s.leaseKey(c.Job, at, false), s.leaseKey(c.Job, at, true),
-			s.fenceKey(c.Job), s.runsKey(c.Job), s.runningKey(c.Job))
+		ref, record, jobLease := s.target(c, false)
+		_, _, slotLease := s.target(c, true)
+		keys = append(keys, record, jobLease, slotLease, s.fenceKey(c.Job), s.runsKey(c.Job), s.runningKey(c.Job))
 		policy := "abandon"
 		if c.Retry {
 			policy = "retry"
 		}
 		runIDs[i] = runID(c)
-		args = append(args, tokens[i], at, c.LeaseTTL.Milliseconds(), c.Retention.Milliseconds(), policy, c.MaxAttempts, runIDs[i])
+		args = append(args, tokens[i], ref, c.LeaseTTL.Milliseconds(), c.Retention.Milliseconds(), policy, c.MaxAttempts, runIDs[i])
 	}
 	return call{takeoverScript, keys, args}
 }
@@ -189,14 +212,10 @@ func (s *Store) parseClaim(ctx context.Context, c slot.Claim, token, runID strin
 		res.Fence, res.Attempt = r.int(3), int(r.int(4))
 	case slot.OutcomeSkipped:
 		res.Holder, res.Wait = r.str(1), r.ms(3)
-		if hs := r.str(2); hs != "" {
-			res.HolderSlot = time.Unix(r.int(2), 0)
-		}
+		r.holderSlot(2, &res)
 	case slot.OutcomeBusy:
 		res.Holder, res.Wait = r.str(1), r.ms(2)
-		if hs := r.str(3); hs != "" { // "" when the lease's value was not ours to parse
-			res.HolderSlot = time.Unix(r.int(3), 0)
-		}
+		r.holderSlot(3, &res)
 	case slot.OutcomeMissed:
 		res.Late = time.Duration(r.int(1)) * time.Millisecond
 	case slot.OutcomeEarly:

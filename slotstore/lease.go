@@ -27,11 +27,11 @@ type lease struct {
 }
 
 func (s *Store) newLease(ctx context.Context, c slot.Claim, token, runID string, fence int64, attempt int, sent time.Time) *lease {
-	at := c.Slot.Unix()
+	_, record, key := s.target(c, c.AllowOverlap)
 	return &lease{
-		s: s, job: c.Job, slot: time.Unix(at, 0).In(c.Slot.Location()), replica: c.Replica,
+		s: s, job: c.Job, slot: time.Unix(c.Slot.Unix(), 0).In(c.Slot.Location()), replica: c.Replica,
 		token: token, runID: runID, fence: fence, attempt: attempt, ttl: c.LeaseTTL, retention: c.Retention,
-		record: s.recordKey(c.Job, at), key: s.leaseKey(c.Job, at, c.AllowOverlap),
+		record: record, key: key,
 		v: validity.Start(ctx, sent, c.LeaseTTL),
 	}
 }

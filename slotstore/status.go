@@ -42,13 +42,17 @@ func (s *Store) JobStates(ctx context.Context, jobs []string) (map[string]slot.J
 			return nil, fmt.Errorf("slotstore: reading the running slots of %s: %w", job, err)
 		}
 		for _, m := range running[i].Val() {
+			if id, ok := strings.CutPrefix(m, manualRef("")); ok {
+				st.RunningManual = append(st.RunningManual, id)
+				continue
+			}
 			at, err := strconv.ParseInt(m, 10, 64)
 			if err != nil {
 				return nil, fmt.Errorf("slotstore: reading the running slots of %s: slot %q: %w", job, m, err)
 			}
 			st.Running = append(st.Running, time.Unix(at, 0))
 		}
-		if !st.Last.IsZero() || len(st.Running) > 0 {
+		if !st.Last.IsZero() || len(st.Running)+len(st.RunningManual) > 0 {
 			out[job] = st
 		}
 	}
@@ -73,6 +77,27 @@ func (s *Store) Record(ctx context.Context, job string, at time.Time) (rec slot.
 	return parseRecord(job, at.Unix(), h), true, nil
 }
 
+// ManualRecord returns a manual slot's record; ok is false when it has none
+// (never asked for, or older than the retention). One round trip.
+func (s *Store) ManualRecord(ctx context.Context, job, id string) (rec slot.Record, ok bool, err error) {
+	if err := checkJob(job); err != nil {
+		return rec, false, err
+	}
+	if err := slot.CheckManualID(id); err != nil {
+		return rec, false, err
+	}
+	pipe := s.rdb.Pipeline()
+	cmd := pipe.HGetAll(ctx, s.jobKey(job, "manual:"+id))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return rec, false, fmt.Errorf("slotstore: reading the record of manual slot %s %s: %w", job, id, err)
+	}
+	h := cmd.Val()
+	if len(h) == 0 {
+		return rec, false, nil
+	}
+	return parseRecord(job, 0, h), true, nil
+}
+
 // Records returns the job's latest slot records, newest first, at most n:
 // the slots named by its run history whose records are still kept. Two round
 // trips.
@@ -85,23 +110,31 @@ func (s *Store) Records(ctx context.Context, job string, n int) ([]slot.Record, 
 	if err != nil {
 		return nil, err
 	}
-	var slots []int64
-	seen := map[int64]bool{}
+	var refs []string // unix seconds, or a manual slot's reference
+	seen := map[string]bool{}
 	for _, e := range entries {
-		at, err := strconv.ParseInt(fmt.Sprint(e.Values["slot"]), 10, 64)
-		if err != nil || seen[at] {
+		ref := fmt.Sprint(e.Values["slot"])
+		if seen[ref] {
 			continue
 		}
-		seen[at] = true
-		slots = append(slots, at)
-		if len(slots) == n {
+		if _, err := strconv.ParseInt(ref, 10, 64); err != nil && !strings.HasPrefix(ref, manualRef("")) {
+			continue
+		}
+		seen[ref] = true
+		refs = append(refs, ref)
+		if len(refs) == n {
 			break
 		}
 	}
 	pipe = s.rdb.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(slots))
-	for i, at := range slots {
-		cmds[i] = pipe.HGetAll(ctx, s.recordKey(job, at))
+	cmds := make([]*redis.MapStringStringCmd, len(refs))
+	for i, ref := range refs {
+		if id, ok := strings.CutPrefix(ref, manualRef("")); ok {
+			cmds[i] = pipe.HGetAll(ctx, s.jobKey(job, "manual:"+id))
+		} else {
+			at, _ := strconv.ParseInt(ref, 10, 64)
+			cmds[i] = pipe.HGetAll(ctx, s.recordKey(job, at))
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("slotstore: reading the slot records of %s: %w", job, err)
@@ -109,7 +142,8 @@ func (s *Store) Records(ctx context.Context, job string, n int) ([]slot.Record, 
 	var recs []slot.Record
 	for i, cmd := range cmds {
 		if h := cmd.Val(); len(h) > 0 {
-			recs = append(recs, parseRecord(job, slots[i], h))
+			at, _ := strconv.ParseInt(refs[i], 10, 64)
+			recs = append(recs, parseRecord(job, at, h))
 		}
 	}
 	slices.SortFunc(recs, func(a, b slot.Record) int { return b.Slot.Compare(a.Slot) })
@@ -143,6 +177,9 @@ func (s *Store) Holder(ctx context.Context, job string) (replica string, at time
 	}
 	_, rest, _ := strings.Cut(g.Val(), " ") // "<token> <slot> <replica>"
 	unixText, replica, ok := strings.Cut(rest, " ")
+	if strings.HasPrefix(unixText, manualRef("")) && ok { // a manual run holds the job: no slot time
+		return replica, time.Time{}, p.Val(), nil
+	}
 	unix, err := strconv.ParseInt(unixText, 10, 64)
 	if !ok || err != nil {
 		return "", time.Time{}, 0, fmt.Errorf("slotstore: the lease of %s is malformed: %q", job, g.Val())
@@ -160,8 +197,13 @@ func parseRecord(job string, at int64, h map[string]string) slot.Record {
 	}
 	attempt, _ := strconv.Atoi(h["attempt"])
 	fence, _ := strconv.ParseInt(h["fence"], 10, 64)
-	return slot.Record{
+	rec := slot.Record{
 		Job: job, Slot: time.Unix(at, 0), State: slot.State(h["state"]), Owner: h["owner"],
 		Attempt: attempt, Fence: fence, Started: ms("started"), Finished: ms("finished"), Error: h["error"], RunID: h["run_id"], Result: h["result"],
 	}
+	if h["kind"] == "manual" {
+		rec.Slot = ms("at")
+		rec.Manual = &slot.Manual{ID: strings.TrimPrefix(h["slot"], manualRef("")), By: h["by"], Note: h["note"]}
+	}
+	return rec
 }

@@ -30,6 +30,8 @@ type Client interface {
 //	<prefix>:{<job>}:runs          the run history (stream, capped)
 //	<prefix>:{<job>}:last          the latest slot that has a record (a sorted set)
 //	<prefix>:{<job>}:running       the slots whose records are running (a sorted set)
+//	<prefix>:{<job>}:manual:<id>   a manual slot's record (hash), kept for the retention
+//	<prefix>:{<job>}:lease:m:<id>  a manual slot's own lease, when overlap is allowed
 //
 // A slot starts at most once: the claim script writes its record, and no
 // finish ever deletes it. All times that decide anything (deadlines, record
@@ -129,6 +131,25 @@ func (s *Store) recordKey(job string, slot int64) string { return s.slotKey(job,
 func RecordKey(prefix, job string, slot time.Time) string {
 	var n [20]byte
 	return prefix + ":{" + job + "}:slot:" + string(strconv.AppendInt(n[:0], slot.Unix(), 10))
+}
+
+// ManualRef is how the protocol refers to a manual slot where it refers to a
+// scheduled slot by its unix second: in leases, running sets and histories.
+func manualRef(id string) string { return "m:" + id }
+
+// target returns the claim's slot as the scripts name it (unix seconds, or a
+// manual slot's reference), its record's key and its lease's key.
+func (s *Store) target(c slot.Claim, allowOverlap bool) (ref, record, lease string) {
+	if c.Manual != nil {
+		ref = manualRef(c.Manual.ID)
+		lease = s.jobKey(c.Job, "lease")
+		if allowOverlap {
+			lease = s.jobKey(c.Job, "lease:"+ref)
+		}
+		return ref, s.jobKey(c.Job, "manual:"+c.Manual.ID), lease
+	}
+	at := c.Slot.Unix()
+	return strconv.FormatInt(at, 10), s.recordKey(c.Job, at), s.leaseKey(c.Job, at, allowOverlap)
 }
 
 func (s *Store) leaseKey(job string, slot int64, allowOverlap bool) string {

@@ -15,13 +15,14 @@
 --   +5  the job's high-water mark: a sorted set whose one member, "last",
 --       scores the latest slot (unix s) that has a record
 --   +6  the job's running slots: a sorted set of the slots (unix s) whose
---       records are running, so that a restarted replica settles them all
+--       records are running, so that a restarted replica settles them all;
+--       a manual slot's member is its reference (below), scored by its time
 --   +7  the job's pause: a hash (note, by, at) while the job is paused
 -- ARGV[1]  the replica ID
 -- ARGV[2]  the history's approximate maximum length
 -- ARGV[3]  the number of profiles, P
--- ARGV     then 6 per profile (what claims of one job share), profile p
---          from ARGV[3+6*(p-1)+1]:
+-- ARGV     then 8 per profile (what claims of one job share), profile p
+--          from ARGV[3+8*(p-1)+1]:
 --   +1  the lease TTL, ms
 --   +2  the record's retention, ms
 --   +3  "skip": a run of the job in progress blocks the slot; "allow": it does not
@@ -29,13 +30,16 @@
 --       answers busy instead of recording skipped and has no deadline;
 --       "miss" records the slot missed unless it has a record; "expire"
 --       records it missed, unless it has a record, once its deadline has
---       passed, and answers early before that
+--       passed, and answers early before that; "manual" claims a manual
+--       slot: like "live", with no deadline
 --   +5  the reason recorded with a missed slot
 --   +6  mode "live": the most the slot may be ahead of Redis's clock, ms (the
 --       claimant's max_skew); a claim earlier than that is refused, with
 --       nothing recorded. 0: no limit
--- ARGV     then 5 per claim, claim i from ARGV[3+6*P+5*(i-1)+1]:
---   +1  the slot, unix seconds
+--   +7  mode "manual": who asked for the slot ("" otherwise)
+--   +8  mode "manual": their note
+-- ARGV     then 5 per claim, claim i from ARGV[3+8*P+5*(i-1)+1]:
+--   +1  the slot: unix seconds, or for a manual slot its reference "m:<id>"
 --   +2  the deadline: the latest start, ms on Redis's clock (mode "live")
 --   +3  the claim's profile, 1..P
 --   +4  the claim's token: the run's token if it wins. A claim sent again
@@ -50,6 +54,7 @@
 --                                                replica for a retried claim whose run
 --                                                lost the job's lease meanwhile)
 --   {"skipped", holder, holder_slot, pttl}       recorded: the run of holder_slot holds the lease
+--                                                (holder_slot: unix s, or a manual slot's "m:<id>")
 --   {"busy", holder, pttl, holder_slot}          mode "wait": a run holds the lease; nothing recorded
 --   {"missed", late_ms}                          recorded: past the deadline, or mode "miss"
 --   {"paused", why}                              recorded paused (modes "live" and "wait"): the
@@ -61,11 +66,25 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
+-- manual: for a manual slot ("m:<id>"), the fields its record has besides
+-- a scheduled slot's; nil for a scheduled one. A manual slot does not move
+-- the high-water mark: that counts scheduled slots only.
+local manual_by, manual_note = nil, nil
+local function manual_fields(rec, slot)
+  if string.sub(slot, 1, 2) ~= 'm:' then
+    return false
+  end
+  redis.call('HSET', rec, 'kind', 'manual', 'at', now, 'by', manual_by, 'note', manual_note)
+  return true
+end
+
 -- close_unrun records a slot that will not run (missed or skipped).
 local function close_unrun(rec, runs, last, slot, retention, state, why)
   redis.call('HSET', rec, 'slot', slot, 'owner', replica, 'state', state, 'finished', now, 'error', why)
   redis.call('PEXPIRE', rec, retention)
-  redis.call('ZADD', last, 'GT', slot, 'last')
+  if not manual_fields(rec, slot) then
+    redis.call('ZADD', last, 'GT', slot, 'last')
+  end
   redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', state, 'replica', replica, 'error', why)
 end
 
@@ -94,7 +113,10 @@ local function claim(rec, lease, fence, runs, last, running, paused, token, slot
     return {'lost', r[1] or '', r[2], f, attempt}
   end
 
-  local late = now - tonumber(slot) * 1000
+  local late = 0
+  if mode ~= 'manual' then
+    late = now - tonumber(slot) * 1000
+  end
   if mode == 'miss' then
     close_unrun(rec, runs, last, slot, retention, 'missed', reason)
     return {'missed', late}
@@ -125,7 +147,7 @@ local function claim(rec, lease, fence, runs, last, running, paused, token, slot
   local value = token .. ' ' .. slot .. ' ' .. replica
   if overlap == 'skip' then
     if not redis.call('SET', lease, value, 'PX', ttl, 'NX') then -- a run holds the job
-      local _, hslot, holder = string.match(redis.call('GET', lease), '^(%S+) (%d+) (.*)$')
+      local _, hslot, holder = string.match(redis.call('GET', lease), '^(%S+) (%S+) (.*)$')
       local pttl = redis.call('PTTL', lease)
       if mode == 'wait' then
         return {'busy', holder or '', pttl, hslot or ''}
@@ -146,8 +168,12 @@ local function claim(rec, lease, fence, runs, last, running, paused, token, slot
   redis.call('HSET', rec, 'slot', slot, 'owner', replica, 'token', token, 'attempt', 1,
     'fence', string.format('%.0f', f), 'state', 'running', 'lease', kind, 'started', now, 'run_id', run_id)
   redis.call('PEXPIRE', rec, retention)
-  redis.call('ZADD', last, 'GT', slot, 'last')
-  redis.call('ZADD', running, slot, slot)
+  if manual_fields(rec, slot) then
+    redis.call('ZADD', running, math.floor(now / 1000), slot)
+  else
+    redis.call('ZADD', last, 'GT', slot, 'last')
+    redis.call('ZADD', running, slot, slot)
+  end
   redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', 'claimed', 'replica', replica,
     'attempt', '1', 'fence', string.format('%.0f', f), 'run_id', run_id)
   return {'won', f, 1, run_id}
@@ -155,13 +181,14 @@ end
 
 local profiles, np = {}, tonumber(ARGV[3])
 for p = 1, np do
-  local a = 3 + 6 * (p - 1)
-  profiles[p] = {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]}
+  local a = 3 + 8 * (p - 1)
+  profiles[p] = {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]}
 end
-local out, first = {}, 3 + 6 * np
+local out, first = {}, 3 + 8 * np
 for i = 1, #KEYS / 7 do
   local k, a = 7 * (i - 1), first + 5 * (i - 1)
   local p = profiles[tonumber(ARGV[a + 3])]
+  manual_by, manual_note = p[7], p[8]
   out[i] = claim(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7],
     ARGV[a + 4], ARGV[a + 1], p[1], p[2], p[3], p[4], ARGV[a + 2], p[5], p[6], ARGV[a + 5])
 end

@@ -17,7 +17,7 @@
 -- ARGV[2]  the history's approximate maximum length
 -- ARGV     then 7 per slot, slot i from ARGV[2+7*(i-1)+1]:
 --   +1  the token for the new attempt
---   +2  the slot, unix seconds
+--   +2  the slot, unix seconds, or a manual slot's reference "m:<id>"
 --   +3  the lease TTL, ms
 --   +4  the record's retention, ms
 --   +5  "retry" or "abandon"
@@ -58,7 +58,7 @@ local function settle(rec, joblease, slotlease, fence, runs, running, token, slo
   local v = redis.call('GET', lease)
   local ltok, hslot, holder
   if v then
-    ltok, hslot, holder = string.match(v, '^(%S+) (%d+) (.*)$')
+    ltok, hslot, holder = string.match(v, '^(%S+) (%S+) (.*)$')
   end
   if v and ltok == rtok then
     return {'alive', redis.call('PTTL', lease)}

@@ -1,0 +1,175 @@
+package slotstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotcron/slotcron/slot"
+)
+
+func manual(job, id, replica string) slot.Claim {
+	c := live(job, time.Unix(1_700_005_000, 0), replica)
+	c.Kind, c.Deadline = slot.ClaimManual, time.Time{}
+	c.Manual = &slot.Manual{ID: id, By: "ops@host", Note: "redo the draw"}
+	return c
+}
+
+// TestManualSlots: a manual slot is a slot of its own, beside the scheduled
+// slot of the same second. Asking for it again (same ID) finds its record
+// and runs nothing; the job's overlap policy applies between it and a
+// scheduled run; it is recorded, finished, listed and settled like any slot.
+func TestManualSlots(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_005_000, 0)
+
+	won := claimOne(t, s, manual("m", "key-1", "r1"))
+	if won.Outcome != slot.OutcomeWon || won.Lease.RunID() == "" {
+		t.Fatalf("manual claim: %+v", won)
+	}
+	for _, r := range []string{"r1", "r2"} {
+		if again := claimOne(t, s, manual("m", "key-1", r)); again.Outcome != slot.OutcomeLost || again.State != slot.StateRunning || again.Holder != "r1" {
+			t.Fatalf("the same manual slot asked again by %s: %+v", r, again)
+		}
+	}
+	// The scheduled slot of the same second is another slot: overlap skip
+	// records it skipped, naming the manual run that holds the job.
+	sched := claimOne(t, s, live("m", at, "r2"))
+	if sched.Outcome != slot.OutcomeSkipped || sched.HolderManual != "key-1" || !sched.HolderSlot.IsZero() {
+		t.Fatalf("scheduled slot while the manual run holds the job: %+v", sched)
+	}
+	if holder, hs, _, err := s.Holder(ctx, "m"); err != nil || holder != "r1" || !hs.IsZero() {
+		t.Fatalf("Holder = %q %v %v", holder, hs, err)
+	}
+	states, err := s.JobStates(ctx, []string{"m"})
+	if err != nil || len(states["m"].RunningManual) != 1 || states["m"].RunningManual[0] != "key-1" || len(states["m"].Running) != 0 {
+		t.Fatalf("JobStates = %+v, %v", states, err)
+	}
+	if !states["m"].Last.Equal(at) {
+		t.Fatalf("the high-water mark is %v: only scheduled slots move it (want %v)", states["m"].Last, at)
+	}
+	// A second manual slot, under overlap skip, is skipped too.
+	if r := claimOne(t, s, manual("m", "key-2", "r2")); r.Outcome != slot.OutcomeSkipped || r.HolderManual != "key-1" {
+		t.Fatalf("a second manual slot while the first runs: %+v", r)
+	}
+	if err := s.Finish(ctx, []slot.FinishRequest{{Lease: won.Lease, State: slot.StateDone, Result: "7 winners"}})[0]; err != nil {
+		t.Fatal(err)
+	}
+	rec, ok, err := s.ManualRecord(ctx, "m", "key-1")
+	if err != nil || !ok || rec.State != slot.StateDone || rec.Owner != "r1" || rec.Result != "7 winners" || rec.Manual == nil ||
+		rec.Manual.ID != "key-1" || rec.Manual.By != "ops@host" || rec.Manual.Note != "redo the draw" || rec.Slot.IsZero() || rec.RunID != won.Lease.RunID() {
+		t.Fatalf("ManualRecord = %+v %+v, %v, %v", rec, rec.Manual, ok, err)
+	}
+	if again := claimOne(t, s, manual("m", "key-1", "r3")); again.Outcome != slot.OutcomeLost || again.State != slot.StateDone {
+		t.Fatalf("the same manual slot after its run: %+v", again)
+	}
+	if states, _ := s.JobStates(ctx, []string{"m"}); len(states["m"].RunningManual) != 0 {
+		t.Fatalf("a finished manual slot is still running: %+v", states["m"])
+	}
+	if sched, ok, _ := s.Record(ctx, "m", at); !ok || sched.State != slot.StateSkipped || sched.Manual != nil || !strings.Contains(sched.Error, "m:key-1") {
+		t.Fatalf("the scheduled slot's record: %+v", sched)
+	}
+	recs, err := s.Records(ctx, "m", 10)
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("Records = %d records, %v", len(recs), err)
+	}
+	manuals := 0
+	for _, r := range recs {
+		if r.Manual != nil {
+			manuals++
+		}
+	}
+	if manuals != 2 {
+		t.Fatalf("Records lists %d manual slots, want 2: %+v", manuals, recs)
+	}
+
+	// A manual run whose owner dies is settled by a takeover, like any slot.
+	dying := claimOne(t, s, manual("m", "key-3", "dies"))
+	if dying.Outcome != slot.OutcomeWon {
+		t.Fatalf("%+v", dying)
+	}
+	to := takeover("m", time.Now(), "r2", true, 3)
+	to.Manual = &slot.Manual{ID: "key-3"}
+	if r := claimOne(t, s, to); r.Outcome != slot.OutcomeAlive {
+		t.Fatalf("takeover while the owner holds its lease: %+v", r)
+	}
+	rdb.Del(ctx, s.Prefix()+":{m}:lease")
+	second := claimOne(t, s, to)
+	if second.Outcome != slot.OutcomeWon || second.Attempt != 2 || second.Fence <= dying.Fence {
+		t.Fatalf("takeover of the manual slot: %+v", second)
+	}
+	if errs := s.Renew(ctx, []slot.Lease{dying.Lease}); !errors.Is(errs[0], slot.ErrLeaseLost) {
+		t.Fatalf("old owner's renew: %v", errs[0])
+	}
+	if errs := s.Renew(ctx, []slot.Lease{second.Lease}); errs[0] != nil {
+		t.Fatalf("new owner's renew: %v", errs[0])
+	}
+	if err := finish(s, second.Lease, slot.StateDone, ""); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, _ := s.ManualRecord(ctx, "m", "key-3"); rec.Attempt != 2 || rec.Owner != "r2" || rec.State != slot.StateDone {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+// TestManualSlotsOverlapAllow: with overlap allowed, a manual slot runs beside
+// the scheduled run, under its own lease.
+func TestManualSlotsOverlapAllow(t *testing.T) {
+	_, _, s := newSlots(t)
+	sched := live("a", time.Unix(1_700_005_000, 0), "r1")
+	sched.AllowOverlap = true
+	if r := claimOne(t, s, sched); r.Outcome != slot.OutcomeWon {
+		t.Fatalf("%+v", r)
+	}
+	m := manual("a", "k", "r2")
+	m.AllowOverlap = true
+	r := claimOne(t, s, m)
+	if r.Outcome != slot.OutcomeWon {
+		t.Fatalf("manual slot beside a scheduled run, overlap allowed: %+v", r)
+	}
+	if err := finish(s, r.Lease, slot.StateDone, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestManualSlotsArePaused: a paused job records a manual slot paused too.
+func TestManualSlotsArePaused(t *testing.T) {
+	_, _, s := newSlots(t)
+	ctx := context.Background()
+	if _, err := s.Pause(ctx, "p", "freeze", "ops@host"); err != nil {
+		t.Fatal(err)
+	}
+	if r := claimOne(t, s, manual("p", "k", "r1")); r.Outcome != slot.OutcomePaused {
+		t.Fatalf("manual claim of a paused job: %+v", r)
+	}
+	rec, ok, _ := s.ManualRecord(ctx, "p", "k")
+	if !ok || rec.State != slot.StatePaused || rec.Manual == nil || rec.Manual.Note != "redo the draw" {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestManualClaimsAreChecked(t *testing.T) {
+	_, _, s := newSlots(t)
+	bad := map[string]slot.Claim{}
+	c := manual("m", "k", "r1")
+	c.Manual = nil
+	bad["no Manual"] = c
+	c = manual("m", "with space", "r1")
+	bad["bad ID"] = c
+	c = manual("m", strings.Repeat("k", slot.MaxManualID+1), "r1")
+	bad["long ID"] = c
+	c = manual("m", "k", "r1")
+	c.Manual.Note = strings.Repeat("n", slot.MaxNote+1)
+	bad["long note"] = c
+	c = live("m", time.Now(), "r1")
+	c.Manual = &slot.Manual{ID: "k"}
+	bad["live claim with Manual"] = c
+	for name, c := range bad {
+		if _, err := s.Claim(context.Background(), []slot.Claim{c}); err == nil {
+			t.Errorf("%s: Claim took it", name)
+		}
+	}
+}
