@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/slotcron/slotcron/slot"
 )
 
 // Func is a job: the work of one run.
@@ -13,8 +15,13 @@ type Func func(ctx context.Context, run Run) error
 type Run struct {
 	// Job is the job's name.
 	Job string
-	// Slot is the scheduled time this run is for, from the cron expression.
+	// Slot is the scheduled time this run is for, from the cron expression;
+	// for a manual slot, when it was asked for.
 	Slot time.Time
+	// Manual is set when the run is of a manual slot (worker trigger,
+	// Scheduler.Trigger): its ID, who asked and their note. Its record is
+	// the manual slot's own (slotstore.RecordKeyOf names it).
+	Manual *slot.Manual
 	// Attempt counts the runs of this slot, from 1; it grows when another
 	// replica takes over a slot whose owner was lost (on_owner_lost: retry).
 	Attempt int

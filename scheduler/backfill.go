@@ -1,20 +1,26 @@
 package scheduler
 
 import (
+	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/slotcron/slotcron/slot"
 )
 
-// BackfillSlot is what a backfill did with one slot.
+// BackfillSlot is what a backfill, or a manual run (RunManual), did with one
+// slot.
 type BackfillSlot struct {
 	Slot    time.Time
-	Outcome slot.Outcome // won: this process ran it; lost: it had a record; paused: recorded paused
+	Outcome slot.Outcome // won: this process ran it; lost: it had a record; paused: recorded paused; skipped: recorded skipped
 	State   slot.State   // won: the state the run finished with ("running": left for a takeover); else the record's
-	Holder  string       // lost: the record's owner
+	Holder  string       // lost: the record's owner; skipped: the replica whose run holds the job
+	RunID   string       // won: the run's ID
 	Err     error        // the claim could not be made
 }
 
@@ -25,26 +31,81 @@ type BackfillSlot struct {
 // across every replica. A slot that has a record is left alone. At most
 // parallel run at once (a job with overlap: skip runs one at a time anyway).
 // It returns when every slot has been dealt with, or ctx ends. A Scheduler
-// either Runs or Backfills, once.
+// either Runs, Backfills or RunManuals, once.
 func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time, parallel int) ([]BackfillSlot, error) {
-	var j *jobState
-	for _, js := range s.jobs {
-		if js.Name == job {
-			j = js
-		}
-	}
+	j := s.job(job)
 	if j == nil {
 		return nil, fmt.Errorf("scheduler: Backfill: no job %q in the table", job)
 	}
 	if parallel < 1 {
 		return nil, fmt.Errorf("scheduler: Backfill: parallel must be >= 1, got %d", parallel)
 	}
+	return s.oneShot(ctx, "Backfill", j, len(slots), parallel, func(r *runner, i int) slot.Claim {
+		return r.claim(slot.ClaimCatchup, j, slots[i])
+	})
+}
+
+// RunManual runs a manual slot of job in this process, like Trigger, for a
+// process that does not Run the table (a command line's "run now"): m names
+// the slot (m.ID, or a new UUIDv7 when empty: see Trigger) and says who
+// asked. It returns when the run has ended, or at once when the slot was not
+// this process's to run (it has a record, the job is paused, or another run
+// holds it under overlap skip). The ID is in the result's RunID's slot record:
+// read it with the store.
+func (s *Scheduler) RunManual(ctx context.Context, job string, m slot.Manual) (slot.Manual, BackfillSlot, error) {
+	j := s.job(job)
+	if j == nil {
+		return m, BackfillSlot{}, fmt.Errorf("scheduler: RunManual: no job %q in the table", job)
+	}
+	m, err := checkManual(m)
+	if err != nil {
+		return m, BackfillSlot{}, fmt.Errorf("scheduler: RunManual: %w", err)
+	}
+	out, err := s.oneShot(ctx, "RunManual", j, 1, 1, func(r *runner, _ int) slot.Claim {
+		c := r.claim(slot.ClaimManual, j, r.clock.Now())
+		c.Manual = &m
+		return c
+	})
+	if len(out) == 0 {
+		return m, BackfillSlot{}, err
+	}
+	return m, out[0], err
+}
+
+// checkManual gives m an ID if it has none, and checks it.
+func checkManual(m slot.Manual) (slot.Manual, error) {
+	if m.ID == "" {
+		m.ID = uuid.Must(uuid.NewV7()).String()
+	}
+	if err := slot.CheckManualID(m.ID); err != nil {
+		return m, err
+	}
+	if len(m.Note) > slot.MaxNote {
+		return m, fmt.Errorf("the note is %d bytes, more than %d", len(m.Note), slot.MaxNote)
+	}
+	return m, nil
+}
+
+// job returns the table's job by name, or nil.
+func (s *Scheduler) job(name string) *jobState {
+	for _, js := range s.jobs {
+		if js.Name == name {
+			return js
+		}
+	}
+	return nil
+}
+
+// oneShot claims n slots of j, made by claimAt, oldest first, and runs those
+// it wins in this process, at most parallel at once, without running the
+// table: what Backfill and RunManual share.
+func (s *Scheduler) oneShot(ctx context.Context, what string, j *jobState, n, parallel int, claimAt func(*runner, int) slot.Claim) ([]BackfillSlot, error) {
 	if !s.started.CompareAndSwap(false, true) {
 		return nil, ErrRunning
 	}
 	s.started0 = s.cfg.clock.Now()
 	if err := s.claimer.Prepare(ctx); err != nil {
-		return nil, fmt.Errorf("scheduler: Backfill: %w", err)
+		return nil, fmt.Errorf("scheduler: %s: %w", what, err)
 	}
 	r := newRunner(s)
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -60,12 +121,8 @@ func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time,
 		r.kill()
 	}()
 
-	out := make([]BackfillSlot, len(slots))
-	index := map[int64]int{}
-	for i, at := range slots {
-		out[i].Slot = at
-		index[at.Unix()] = i
-	}
+	out := make([]BackfillSlot, n)
+	index := map[string]int{} // by token: each claim has its own
 	inflight := 0
 	ended := func(ev runEnded) {
 		inflight--
@@ -73,11 +130,14 @@ func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time,
 		if ev.leftRunning() {
 			st = slot.StateRunning
 		}
-		out[index[ev.claim.Slot.Unix()]].State = st
+		out[index[ev.claim.Token]].State = st
 	}
-	for next := 0; next < len(slots) || inflight > 0; {
-		if next < len(slots) && inflight < parallel {
-			res, wait := r.backfillOne(ctx, j, slots[next], &out[next])
+	for next := 0; next < n || inflight > 0; {
+		if next < n && inflight < parallel {
+			c := claimAt(r, next)
+			out[next].Slot = c.Slot
+			index[c.Token] = next
+			res, wait := r.claimOne(ctx, j, c, &out[next])
 			switch {
 			case ctx.Err() != nil:
 				return out, ctx.Err()
@@ -110,13 +170,16 @@ func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time,
 	return out, nil
 }
 
-// backfillOne claims one slot as a catch-up slot and starts its run if it
-// wins. It returns the outcome, and how long to wait before trying again
-// when a run holds the job.
-func (r *runner) backfillOne(ctx context.Context, j *jobState, at time.Time, out *BackfillSlot) (slot.Outcome, time.Duration) {
-	c := r.claim(slot.ClaimCatchup, j, at)
+// claimOne claims one slot (a catch-up or a manual slot) and starts its run
+// if it wins. It returns the outcome, and how long to wait before trying
+// again when a run holds the job.
+func (r *runner) claimOne(ctx context.Context, j *jobState, c slot.Claim, out *BackfillSlot) (slot.Outcome, time.Duration) {
+	name := "slot.backfill"
+	if c.Kind == slot.ClaimManual {
+		name = "slot.manual"
+	}
 	for tries := 0; ; tries++ {
-		st := r.s.tel.beginSlot(ctx, "slot.backfill", j.Name, at)
+		st := r.s.tel.beginSlot(ctx, name, c)
 		claiming([]*slotTrace{st})
 		cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
 		results, err := r.s.claimer.Claim(cctx, []slot.Claim{c})
@@ -142,7 +205,9 @@ func (r *runner) backfillOne(ctx context.Context, j *jobState, at time.Time, out
 		out.Outcome, out.Holder, out.State = res.Outcome, res.Holder, res.State
 		switch res.Outcome {
 		case slot.OutcomeWon:
-			r.log.Info("backfill: running the slot", "slotcron.job", j.Name, "slotcron.slot", at.UTC().Format(time.RFC3339))
+			out.RunID = res.Lease.RunID()
+			r.log.Info(name+": running the slot", "slotcron.job", j.Name, "slotcron.slot", c.Slot.UTC().Format(time.RFC3339),
+				"slotcron.run_id", out.RunID)
 			r.start(j, c, res.Lease, st)
 			return res.Outcome, 0
 		case slot.OutcomeBusy:
@@ -152,8 +217,92 @@ func (r *runner) backfillOne(ctx context.Context, j *jobState, at time.Time, out
 			return res.Outcome, min(max(res.Wait, 10*time.Millisecond), 250*time.Millisecond)
 		case slot.OutcomePaused:
 			out.State = slot.StatePaused
+		case slot.OutcomeSkipped:
+			out.State = slot.StateSkipped
 		}
 		st.end(ending{outcome: string(res.Outcome), holder: res.Holder, fence: res.Fence, attempt: res.Attempt})
 		return res.Outcome, 0
 	}
+}
+
+// ErrNotRunning: Trigger was called on a Scheduler whose Run has not started
+// its loop yet, or has returned.
+var ErrNotRunning = errors.New("scheduler: not running")
+
+// Triggered is what a Trigger did: the manual slot it asked for, and the
+// answer to its claim on this replica.
+type Triggered struct {
+	Manual  slot.Manual
+	Slot    time.Time    // when it was asked for, on this replica's clock
+	Outcome slot.Outcome // won: this replica runs it; lost: it has a record (asked for before); skipped; paused
+	Holder  string       // lost: the record's owner; skipped: the replica whose run holds the job
+	State   slot.State   // lost: the record's state
+	RunID   string       // won: the run's ID
+	Reason  string       // paused: the pause, as recorded
+}
+
+// triggerReq is a Trigger, handed to the loop.
+type triggerReq struct {
+	job   *jobState
+	m     slot.Manual
+	reply chan slot.Result
+	at    chan time.Time
+}
+
+// Trigger asks for a manual slot of job now, on a running Scheduler (Run):
+// the slot is claimed through the same protocol as a scheduled slot (its own
+// record, fenced, traced, exactly once across every replica for one m.ID)
+// and, when this replica wins it, run here. The job's overlap policy applies
+// between it and any other run of the job, and a paused job records it
+// paused. m.ID is the idempotency key: a Trigger with an ID that has a
+// record (on any replica, within the job's retention) runs nothing and
+// answers lost, with the record's owner and state. An empty ID gets a new
+// UUIDv7: every such Trigger is a slot of its own.
+//
+// Trigger returns once Redis has answered the claim; the run goes on in the
+// background, like a scheduled run, and ends with a record. It returns
+// ErrNotRunning when the Scheduler is not running its table.
+func (s *Scheduler) Trigger(ctx context.Context, job string, m slot.Manual) (Triggered, error) {
+	j := s.job(job)
+	if j == nil {
+		return Triggered{}, fmt.Errorf("scheduler: Trigger: no job %q in the table", job)
+	}
+	m, err := checkManual(m)
+	if err != nil {
+		return Triggered{}, fmt.Errorf("scheduler: Trigger: %w", err)
+	}
+	req := triggerReq{job: j, m: m, reply: make(chan slot.Result, 1), at: make(chan time.Time, 1)}
+	if !s.looping.Load() {
+		return Triggered{Manual: m}, ErrNotRunning
+	}
+	select {
+	case s.triggers <- req:
+	case <-s.loopDone:
+		return Triggered{Manual: m}, ErrNotRunning
+	case <-ctx.Done():
+		return Triggered{Manual: m}, ctx.Err()
+	}
+	t := Triggered{Manual: m, Slot: <-req.at}
+	select {
+	case res := <-req.reply:
+		t.Outcome, t.Holder, t.State, t.Reason = res.Outcome, res.Holder, res.State, res.Reason
+		if res.Outcome == slot.OutcomeWon {
+			t.RunID = res.Lease.RunID()
+		}
+		return t, nil
+	case <-s.loopDone:
+		return t, ErrNotRunning
+	case <-ctx.Done():
+		// The claim goes on: it ends with a record, or is sent again.
+		return t, ctx.Err()
+	}
+}
+
+// onTrigger queues a Trigger's claim, due now.
+func (r *runner) onTrigger(now time.Time, req triggerReq) {
+	c := r.claim(slot.ClaimManual, req.job, now)
+	m := req.m
+	c.Manual = &m
+	req.at <- now
+	heap.Push(&r.queue, &pending{due: now, job: req.job, claim: c, reply: req.reply})
 }

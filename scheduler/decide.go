@@ -24,7 +24,7 @@ type decision struct {
 	retryAfter  time.Duration // > 0: send the claim again once this much of a lease has run out
 	retryIn     time.Duration // > 0: send the claim again after exactly this long
 	probe       bool          // measure the clock against Redis again, now
-	watch       time.Time     // non-zero: settle this running slot once its owner's lease would expire
+	watch       target        // non-zero: settle this running slot once its owner's lease would expire
 	watchWait   time.Duration // how long that lease may still run; -1 when unknown (look soon)
 	unwatch     bool          // the claimed slot needs no more watching
 	nextCatchup bool          // send the job's next catch-up slot
@@ -52,7 +52,7 @@ func decide(c slot.Claim, res slot.Result, self string) decision {
 		d.level, d.msg = slog.LevelDebug, "slot lost" // every loser, every tick
 		if res.State == slot.StateRunning {
 			// Its owner's lease can't run out sooner than one TTL from now.
-			d.watch, d.watchWait = c.Slot, c.LeaseTTL
+			d.watch, d.watchWait = targetOf(c), c.LeaseTTL
 			if res.Holder == self {
 				d.level, d.msg = slog.LevelWarn, "slot recorded running by this replica, with no run here: watching it until its lease runs out"
 			}
@@ -60,7 +60,7 @@ func decide(c slot.Claim, res slot.Result, self string) decision {
 		d.nextCatchup = c.Kind == slot.ClaimCatchup
 	case slot.OutcomeSkipped:
 		d.level, d.msg = slog.LevelInfo, "slot skipped: the previous run still holds the job"
-		d.watch, d.watchWait = res.HolderSlot, res.Wait // settle that run if its owner dies
+		d.watch, d.watchWait = holder(res), res.Wait // settle that run if its owner dies
 	case slot.OutcomeMissed:
 		d.level, d.msg = slog.LevelWarn, "slot missed"
 		if c.Kind == slot.ClaimMiss { // the catch-up policy chose it: expected
@@ -74,10 +74,10 @@ func decide(c slot.Claim, res slot.Result, self string) decision {
 		if d.retryAfter == 0 {
 			d.retryAfter = c.LeaseTTL
 		}
-		d.watch, d.watchWait = res.HolderSlot, res.Wait
+		d.watch, d.watchWait = holder(res), res.Wait
 	case slot.OutcomeAlive:
 		d.unwatch = true // and watch it again, for as long as the lease has left
-		d.watch, d.watchWait = c.Slot, res.Wait
+		d.watch, d.watchWait = targetOf(c), res.Wait
 	case slot.OutcomeAbandoned:
 		d.unwatch = true
 		d.level, d.msg = slog.LevelWarn, "slot abandoned: its owner lost its lease"
@@ -94,4 +94,9 @@ func decide(c slot.Claim, res slot.Result, self string) decision {
 		d.level, d.msg = slog.LevelError, "claim answered with an unknown outcome; retrying"
 	}
 	return d
+}
+
+// holder is the slot whose run holds the job's lease, as a result names it.
+func holder(res slot.Result) target {
+	return target{at: res.HolderSlot, manual: res.HolderManual}
 }

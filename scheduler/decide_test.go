@@ -17,7 +17,11 @@ func TestDecide(t *testing.T) {
 	at := time.Unix(1_700_000_000, 0)
 	holderSlot := at.Add(-time.Minute)
 	claimOf := func(k slot.Kind) slot.Claim {
-		return slot.Claim{Kind: k, Job: "j", Slot: at, Replica: self, LeaseTTL: 15 * time.Second}
+		c := slot.Claim{Kind: k, Job: "j", Slot: at, Replica: self, LeaseTTL: 15 * time.Second}
+		if k == slot.ClaimManual {
+			c.Manual = &slot.Manual{ID: "k1"}
+		}
+		return c
 	}
 	type want struct {
 		outcome     string
@@ -26,7 +30,7 @@ func TestDecide(t *testing.T) {
 		retryAfter  time.Duration
 		retryIn     time.Duration
 		probe       bool
-		watch       time.Time
+		watch       target
 		watchWait   time.Duration
 		unwatch     bool
 		nextCatchup bool
@@ -51,25 +55,25 @@ func TestDecide(t *testing.T) {
 
 		// Lost: watch a running slot in case its owner dies; a finished one is done.
 		{"live lost to a running owner", slot.ClaimLive, slot.Result{Outcome: slot.OutcomeLost, Holder: "other", State: slot.StateRunning},
-			want{outcome: "lost", watch: at, watchWait: 15 * time.Second, level: slog.LevelDebug, logged: true}},
+			want{outcome: "lost", watch: target{at: at}, watchWait: 15 * time.Second, level: slog.LevelDebug, logged: true}},
 		{"live lost to a finished slot", slot.ClaimLive, slot.Result{Outcome: slot.OutcomeLost, Holder: "other", State: slot.StateDone},
 			want{outcome: "lost", level: slog.LevelDebug, logged: true}},
 		{"live lost to self, running, no run here", slot.ClaimLive, slot.Result{Outcome: slot.OutcomeLost, Holder: self, State: slot.StateRunning},
-			want{outcome: "lost", watch: at, watchWait: 15 * time.Second, level: slog.LevelWarn, logged: true}},
+			want{outcome: "lost", watch: target{at: at}, watchWait: 15 * time.Second, level: slog.LevelWarn, logged: true}},
 		{"live lost to self, finished", slot.ClaimLive, slot.Result{Outcome: slot.OutcomeLost, Holder: self, State: slot.StateDone},
 			want{outcome: "lost", level: slog.LevelDebug, logged: true}},
 		{"catch-up lost: on to the next", slot.ClaimCatchup, slot.Result{Outcome: slot.OutcomeLost, Holder: "other", State: slot.StateDone},
 			want{outcome: "lost", nextCatchup: true, level: slog.LevelDebug, logged: true}},
 		{"catch-up lost to a running owner", slot.ClaimCatchup, slot.Result{Outcome: slot.OutcomeLost, Holder: "other", State: slot.StateRunning},
-			want{outcome: "lost", watch: at, watchWait: 15 * time.Second, nextCatchup: true, level: slog.LevelDebug, logged: true}},
+			want{outcome: "lost", watch: target{at: at}, watchWait: 15 * time.Second, nextCatchup: true, level: slog.LevelDebug, logged: true}},
 		{"miss lost: it has a record", slot.ClaimMiss, slot.Result{Outcome: slot.OutcomeLost, Holder: "other", State: slot.StateDone},
 			want{outcome: "lost", level: slog.LevelDebug, logged: true}},
 
 		// Skipped: watch the run that holds the job.
 		{"live skipped by another's run", slot.ClaimLive, slot.Result{Outcome: slot.OutcomeSkipped, Holder: "other", HolderSlot: holderSlot, Wait: 4 * time.Second},
-			want{outcome: "skipped", watch: holderSlot, watchWait: 4 * time.Second, level: slog.LevelInfo, logged: true}},
+			want{outcome: "skipped", watch: target{at: holderSlot}, watchWait: 4 * time.Second, level: slog.LevelInfo, logged: true}},
 		{"live skipped by own run", slot.ClaimLive, slot.Result{Outcome: slot.OutcomeSkipped, Holder: self, HolderSlot: holderSlot, Wait: 4 * time.Second},
-			want{outcome: "skipped", watch: holderSlot, watchWait: 4 * time.Second, level: slog.LevelInfo, logged: true}},
+			want{outcome: "skipped", watch: target{at: holderSlot}, watchWait: 4 * time.Second, level: slog.LevelInfo, logged: true}},
 
 		// Paused: recorded; catch-up goes on to record the next one.
 		{"live paused", slot.ClaimLive, slot.Result{Outcome: slot.OutcomePaused, Reason: "paused by ops@host: migration"},
@@ -79,7 +83,7 @@ func TestDecide(t *testing.T) {
 
 		// Busy: try again when the holder's lease would run out, and watch it.
 		{"catch-up busy", slot.ClaimCatchup, slot.Result{Outcome: slot.OutcomeBusy, Holder: "other", HolderSlot: holderSlot, Wait: 3 * time.Second},
-			want{outcome: "busy", retryAfter: 3 * time.Second, watch: holderSlot, watchWait: 3 * time.Second}},
+			want{outcome: "busy", retryAfter: 3 * time.Second, watch: target{at: holderSlot}, watchWait: 3 * time.Second}},
 		{"takeover busy, no TTL known", slot.ClaimTakeover, slot.Result{Outcome: slot.OutcomeBusy, Holder: "other", Wait: -1},
 			want{outcome: "busy", retryAfter: 15 * time.Second, watchWait: -1}},
 
@@ -91,7 +95,7 @@ func TestDecide(t *testing.T) {
 
 		// Takeover answers.
 		{"takeover alive: look again later", slot.ClaimTakeover, slot.Result{Outcome: slot.OutcomeAlive, Wait: 9 * time.Second},
-			want{outcome: "alive", unwatch: true, watch: at, watchWait: 9 * time.Second}},
+			want{outcome: "alive", unwatch: true, watch: target{at: at}, watchWait: 9 * time.Second}},
 		{"takeover abandoned", slot.ClaimTakeover, slot.Result{Outcome: slot.OutcomeAbandoned, Holder: "dead", Attempt: 1},
 			want{outcome: "abandoned", unwatch: true, level: slog.LevelWarn, logged: true}},
 		{"takeover closed", slot.ClaimTakeover, slot.Result{Outcome: slot.OutcomeClosed, State: slot.StateDone},
@@ -117,6 +121,19 @@ func TestDecide(t *testing.T) {
 		{"miss error", slot.ClaimMiss, slot.Result{Err: errors.New("i/o timeout")},
 			want{outcome: "error", backoff: true, level: slog.LevelWarn, logged: true}},
 		{"takeover error", slot.ClaimTakeover, slot.Result{Err: errors.New("i/o timeout")},
+			want{outcome: "error", backoff: true, level: slog.LevelWarn, logged: true}},
+		// Manual slots: like live ones, watched by their ID.
+		{"manual won", slot.ClaimManual, slot.Result{Outcome: slot.OutcomeWon},
+			want{outcome: "won", run: true, unwatch: true}},
+		{"manual asked again while it runs", slot.ClaimManual, slot.Result{Outcome: slot.OutcomeLost, Holder: "other", State: slot.StateRunning},
+			want{outcome: "lost", watch: target{manual: "k1"}, watchWait: 15 * time.Second, level: slog.LevelDebug, logged: true}},
+		{"manual asked again after it ran", slot.ClaimManual, slot.Result{Outcome: slot.OutcomeLost, Holder: "other", State: slot.StateDone},
+			want{outcome: "lost", level: slog.LevelDebug, logged: true}},
+		{"live skipped by a manual run", slot.ClaimLive, slot.Result{Outcome: slot.OutcomeSkipped, Holder: "other", HolderManual: "k2", Wait: 4 * time.Second},
+			want{outcome: "skipped", watch: target{manual: "k2"}, watchWait: 4 * time.Second, level: slog.LevelInfo, logged: true}},
+		{"manual paused", slot.ClaimManual, slot.Result{Outcome: slot.OutcomePaused},
+			want{outcome: "paused", level: slog.LevelInfo, logged: true}},
+		{"manual error", slot.ClaimManual, slot.Result{Err: errors.New("i/o timeout")},
 			want{outcome: "error", backoff: true, level: slog.LevelWarn, logged: true}},
 		{"an outcome this version does not know", slot.ClaimLive, slot.Result{Outcome: "throttled"},
 			want{outcome: "error", backoff: true, level: slog.LevelError, logged: true}},
@@ -146,7 +163,7 @@ func TestDecide(t *testing.T) {
 			t.Errorf("no case for outcome %s", o)
 		}
 	}
-	for k := slot.ClaimLive; k <= slot.ClaimExpire; k++ {
+	for k := slot.ClaimLive; k <= slot.ClaimManual; k++ {
 		if !kinds[k] {
 			t.Errorf("no case for claim kind %s", k)
 		}

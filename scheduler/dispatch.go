@@ -31,6 +31,8 @@ func (r *runner) loop(ctx context.Context) {
 		case <-t.C():
 		case ev := <-r.runEnded:
 			r.onRunEnded(ev)
+		case req := <-r.s.triggers:
+			r.onTrigger(r.clock.Now(), req)
 		}
 		t.Stop()
 	}
@@ -40,7 +42,7 @@ func (r *runner) loop(ctx context.Context) {
 func (r *runner) onRunEnded(ev runEnded) {
 	now := r.clock.Now()
 	if ev.leftRunning() {
-		r.watch(now, ev.job, ev.claim.Slot, -1)
+		r.watch(now, ev.job, targetOf(ev.claim), -1)
 	}
 	if ev.claim.Kind == slot.ClaimCatchup {
 		r.nextCatchup(now, ev.job)
@@ -138,7 +140,7 @@ func (r *runner) refuse(now time.Time, batch []*pending, offset time.Duration) {
 				"slotcron.job", p.job.Name, "slotcron.slot", p.claim.Slot.UTC().Format(time.RFC3339),
 				"slotcron.outcome", outcomeRefused, "offset", offset.String(), "max_skew", r.s.cfg.maxSkew.String())
 			r.s.tel.claimed(p.job.Name, outcomeRefused)
-			r.s.tel.beginSlot(context.Background(), "slot", p.job.Name, p.claim.Slot).end(ending{outcome: outcomeRefused})
+			r.s.tel.beginSlot(context.Background(), "slot", p.claim).end(ending{outcome: outcomeRefused})
 			c := r.claim(slot.ClaimExpire, p.job, p.claim.Slot)
 			c.Deadline = p.claim.Deadline
 			c.Reason = fmt.Sprintf("no replica claimed the slot; %s refused: its clock is off Redis's by %v, more than max_skew %v",
@@ -161,11 +163,14 @@ func (r *runner) send(ctx context.Context, batch []*pending) {
 	for i, p := range batch {
 		claims[i] = p.claim
 	}
-	traces := r.s.tel.beginSlots(ctx, len(batch), func(i int) (string, string, time.Time) {
-		if batch[i].claim.Kind == slot.ClaimTakeover {
-			return "slot.watch", batch[i].job.Name, batch[i].claim.Slot
+	traces := r.s.tel.beginSlots(ctx, len(batch), func(i int) (string, slot.Claim) {
+		switch batch[i].claim.Kind {
+		case slot.ClaimTakeover:
+			return "slot.watch", batch[i].claim
+		case slot.ClaimManual:
+			return "slot.manual", batch[i].claim
 		}
-		return "slot", batch[i].job.Name, batch[i].claim.Slot
+		return "slot", batch[i].claim
 	})
 	claiming(traces)
 	cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
@@ -208,7 +213,11 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 		r.s.tel.unreplicated(j.Name)
 	}
 	if d.unwatch {
-		delete(r.watching, slotKey{j.Name, c.Slot.Unix()})
+		delete(r.watching, targetOf(c).key(j.Name))
+	}
+	if p.reply != nil && !d.backoff {
+		p.reply <- res // 1-buffered, and sent once
+		p.reply = nil
 	}
 	if !d.run {
 		defer st.end(ending{outcome: d.outcome, holder: res.Holder, fence: res.Fence, attempt: res.Attempt, err: res.Err})
@@ -216,6 +225,9 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 	if d.msg != "" && r.log.Enabled(ctx, d.level) {
 		attrs := []any{"slotcron.job", j.Name, "slotcron.slot", c.Slot.UTC().Format(time.RFC3339),
 			"slotcron.outcome", d.outcome, "claim", c.Kind.String()}
+		if c.Manual != nil {
+			attrs = append(attrs, "slotcron.manual_id", c.Manual.ID)
+		}
 		switch {
 		case res.Err != nil:
 			attrs = append(attrs, "error", res.Err, "tries", p.tries+1)
@@ -228,6 +240,9 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 			if !res.HolderSlot.IsZero() {
 				attrs = append(attrs, "holder_slot", res.HolderSlot.UTC().Format(time.RFC3339))
 			}
+			if res.HolderManual != "" {
+				attrs = append(attrs, "holder_manual", res.HolderManual)
+			}
 		}
 		r.log.Log(ctx, d.level, d.msg, attrs...)
 	}
@@ -235,7 +250,7 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 		r.start(j, c, res.Lease, st)
 		return
 	}
-	if !d.watch.IsZero() {
+	if !d.watch.isZero() {
 		r.watch(now, j, d.watch, d.watchWait)
 	}
 	if d.probe {
@@ -261,13 +276,23 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 // watch looks at a running slot again when its owner's lease would expire
 // (after wait; soon when wait is -1), to settle it by policy if the owner is
 // gone.
-func (r *runner) watch(now time.Time, j *jobState, at time.Time, wait time.Duration) {
-	k := slotKey{j.Name, at.Unix()}
+func (r *runner) watch(now time.Time, j *jobState, t target, wait time.Duration) {
+	k := t.key(j.Name)
 	if r.watching[k] {
 		return
 	}
 	r.watching[k] = true
-	r.push(now.Add(afterLease(wait, j.LeaseTTL)), j, r.claim(slot.ClaimTakeover, j, at))
+	r.push(now.Add(afterLease(wait, j.LeaseTTL)), j, r.takeover(j, t))
+}
+
+// takeover is the claim that settles t if its owner is gone.
+func (r *runner) takeover(j *jobState, t target) slot.Claim {
+	c := r.claim(slot.ClaimTakeover, j, t.at)
+	if t.manual != "" {
+		c.Slot = r.clock.Now()
+		c.Manual = &slot.Manual{ID: t.manual}
+	}
+	return c
 }
 
 // nextCatchup sends the next catch-up slot of j, if any: one at a time.

@@ -24,7 +24,7 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 	r.jobsWG.Add(1)
 	go func() {
 		defer r.jobsWG.Done()
-		r.ended(runEnded{job: j, claim: c, state: r.execute(j, lease, st)})
+		r.ended(runEnded{job: j, claim: c, state: r.execute(j, c.Manual, lease, st)})
 	}()
 }
 
@@ -32,14 +32,17 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 // (after the grace) or on lease loss, records the outcome and ends the slot's
 // trace. It returns the final state the run recorded (or tried to), or ""
 // when it left the slot running for a takeover.
-func (r *runner) execute(j *jobState, lease slot.Lease, st *slotTrace) slot.State {
+func (r *runner) execute(j *jobState, manual *slot.Manual, lease slot.Lease, st *slotTrace) slot.State {
 	run := jobs.Run{Job: j.Name, Slot: lease.Slot(), Attempt: lease.Attempt(), Fence: lease.Fence(),
-		Replica: r.self, Token: lease.Token(), RunID: lease.RunID()}
+		Replica: r.self, Token: lease.Token(), RunID: lease.RunID(), Manual: manual}
 	defer st.end(ending{outcome: string(slot.OutcomeWon), holder: r.self, fence: run.Fence, attempt: run.Attempt})
 	log := r.log
 	if log.Enabled(context.Background(), slog.LevelError) { // a logger that keeps nothing needs no attributes
 		log = log.With("slotcron.job", j.Name, "slotcron.slot", run.Slot.UTC().Format(time.RFC3339),
 			"slotcron.fence", run.Fence, "slotcron.attempt", run.Attempt, "slotcron.run_id", run.RunID)
+		if manual != nil {
+			log = log.With("slotcron.manual_id", manual.ID)
+		}
 	}
 	run.Logger = log
 	r.s.tel.dispatched(j.Name, r.clock.Now().Sub(run.Slot))

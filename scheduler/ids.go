@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/slotcron/slotcron/slot"
 )
 
 // slotTraceKey carries a slotRef to the IDGenerator, which derives the trace
@@ -17,6 +19,7 @@ type slotTraceKey struct{}
 type slotRef struct {
 	prefix, job string
 	slot        time.Time
+	manual      string // a manual slot's ID: its trace ID derives from it
 }
 
 // SlotTraceID is the trace ID of a slot: the first 16 bytes of
@@ -28,6 +31,24 @@ func SlotTraceID(prefix, job string, at time.Time) trace.TraceID {
 	var id trace.TraceID
 	copy(id[:], sum[:16])
 	return id
+}
+
+// ManualTraceID is the trace ID of a manual slot: as SlotTraceID, over
+// prefix + "/" + job + "/m:" + its ID.
+func ManualTraceID(prefix, job, id string) trace.TraceID {
+	sum := sha256.Sum256([]byte(prefix + "/" + job + "/m:" + id))
+	var tid trace.TraceID
+	copy(tid[:], sum[:16])
+	return tid
+}
+
+// RecordTraceID is the trace ID of the slot a record is of: SlotTraceID, or
+// ManualTraceID for a manual slot's record.
+func RecordTraceID(prefix string, rec slot.Record) trace.TraceID {
+	if rec.Manual != nil {
+		return ManualTraceID(prefix, rec.Job, rec.Manual.ID)
+	}
+	return SlotTraceID(prefix, rec.Job, rec.Slot)
 }
 
 // IDGenerator gives the scheduler's slot spans their slot's trace ID and
@@ -47,6 +68,9 @@ func NewIDGenerator() *IDGenerator { return &IDGenerator{} }
 func (g *IDGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
 	if ref, ok := ctx.Value(slotTraceKey{}).(slotRef); ok {
 		id := SlotTraceID(ref.prefix, ref.job, ref.slot)
+		if ref.manual != "" {
+			id = ManualTraceID(ref.prefix, ref.job, ref.manual)
+		}
 		return id, g.NewSpanID(ctx, id)
 	}
 	var id trace.TraceID

@@ -13,6 +13,9 @@ type pending struct {
 	job   *jobState
 	claim slot.Claim
 	tries int
+	// reply, for a Trigger, receives the claim's first answer that is not
+	// an error; nil otherwise, and once it has received it.
+	reply chan<- slot.Result
 }
 
 // pendingQueue is a min-heap of pending claims by due time (container/heap).
@@ -31,6 +34,31 @@ func (q *pendingQueue) Pop() any {
 
 // slotKey names a slot in the runner's maps.
 type slotKey struct {
-	job  string
-	slot int64
+	job    string
+	slot   int64
+	manual string // a manual slot's ID; slot is then 0
+}
+
+// target names a slot to watch: a scheduled slot by its time, a manual slot
+// by its ID.
+type target struct {
+	at     time.Time
+	manual string
+}
+
+func (t target) isZero() bool { return t.at.IsZero() && t.manual == "" }
+
+// targetOf is the slot a claim is for.
+func targetOf(c slot.Claim) target {
+	if c.Manual != nil {
+		return target{manual: c.Manual.ID}
+	}
+	return target{at: c.Slot}
+}
+
+func (t target) key(job string) slotKey {
+	if t.manual != "" {
+		return slotKey{job: job, manual: t.manual}
+	}
+	return slotKey{job: job, slot: t.at.Unix()}
 }

@@ -90,7 +90,10 @@ func (r *runner) run(ctx context.Context) error {
 		bgWG.Add(2)
 		go func() { defer bgWG.Done(); r.s.clockLoop(ctx) }()
 		go func() { defer bgWG.Done(); r.heartbeatLoop(ctx) }()
+		r.s.looping.Store(true)
 		r.loop(ctx)
+		r.s.looping.Store(false)
+		close(r.s.loopDone)
 	}
 	close(r.loopDone)
 	r.drain()

@@ -54,6 +54,10 @@ type Scheduler struct {
 
 	probeNow chan struct{} // 1-buffered: "probe now", to the clock loop
 
+	triggers chan triggerReq // Trigger, to the loop
+	looping  atomic.Bool     // the loop runs: Trigger hands it requests
+	loopDone chan struct{}   // closed when the loop has returned
+
 	instance string    // random per New: tells this process from another with its ID
 	started0 time.Time // when Run started
 	peers    peerView
@@ -81,7 +85,8 @@ func New(claimer Claimer, registry *jobs.Registry, opts ...Option) (*Scheduler, 
 			errs = append(errs, err)
 		}
 	}
-	s := &Scheduler{cfg: cfg, claimer: claimer, log: cfg.logger, probeNow: make(chan struct{}, 1), instance: newTokenBase()[:12]}
+	s := &Scheduler{cfg: cfg, claimer: claimer, log: cfg.logger, probeNow: make(chan struct{}, 1), instance: newTokenBase()[:12],
+		triggers: make(chan triggerReq), loopDone: make(chan struct{})}
 	seen := map[string]bool{}
 	for _, j := range cfg.jobs {
 		j = j.WithDefaults(cfg.leaseTTL)

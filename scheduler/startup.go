@@ -45,8 +45,13 @@ func (r *runner) startup(ctx context.Context) bool {
 		p := planStartup(j.Job, j.sched, states[j.Name], start, r.s.cfg.maxSkew)
 		r.next[j] = p.live
 		for _, at := range p.check {
-			r.watching[slotKey{j.Name, at.Unix()}] = true
+			r.watching[target{at: at}.key(j.Name)] = true
 			r.push(start, j, r.claim(slot.ClaimTakeover, j, at))
+		}
+		for _, id := range states[j.Name].RunningManual {
+			t := target{manual: id}
+			r.watching[t.key(j.Name)] = true
+			r.push(start, j, r.takeover(j, t))
 		}
 		if len(p.miss) > 0 {
 			r.backlog[j] = p.miss // recorded after the live slots and the catch-up run, a batch at a time

@@ -21,6 +21,9 @@ const (
 	attrFence   = attribute.Key("slotcron.fence")
 	attrAttempt = attribute.Key("slotcron.attempt")
 	attrRunID   = attribute.Key("slotcron.run_id")
+	// a manual slot's ID and who asked for it
+	attrManual   = attribute.Key("slotcron.manual_id")
+	attrManualBy = attribute.Key("slotcron.manual_by")
 )
 
 const instrumentation = "github.com/slotcron/slotcron/scheduler"

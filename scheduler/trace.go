@@ -47,28 +47,38 @@ type ending struct {
 // has no trace ID, no SDK is installed (the global provider's default, or a
 // no-op provider), so every span would be a no-op: the others share a trace
 // that starts no span at all.
-func (t *telemetry) beginSlots(ctx context.Context, n int, at func(i int) (name, job string, slot time.Time)) []*slotTrace {
+func (t *telemetry) beginSlots(ctx context.Context, n int, at func(i int) (name string, c slot.Claim)) []*slotTrace {
 	out := make([]*slotTrace, n)
 	for i := range n {
-		name, job, slot := at(i)
+		name, c := at(i)
 		if i > 0 && !out[0].span.SpanContext().IsValid() {
-			out[i] = &slotTrace{tel: t, job: job, ctx: ctx, span: noSpan}
+			out[i] = &slotTrace{tel: t, job: c.Job, ctx: ctx, span: noSpan}
 			continue
 		}
-		out[i] = t.beginSlot(ctx, name, job, slot)
+		out[i] = t.beginSlot(ctx, name, c)
 	}
 	return out
 }
 
-// beginSlot starts one slot's trace, in the slot's own trace ID (see
+// beginSlot starts the trace of c's slot, in the slot's own trace ID (see
 // IDGenerator).
-func (t *telemetry) beginSlot(ctx context.Context, name, job string, at time.Time) *slotTrace {
-	ctx = context.WithValue(ctx, slotTraceKey{}, slotRef{t.prefix, job, at})
+func (t *telemetry) beginSlot(ctx context.Context, name string, c slot.Claim) *slotTrace {
+	ref := slotRef{prefix: t.prefix, job: c.Job, slot: c.Slot}
+	if c.Manual != nil {
+		ref.manual = c.Manual.ID
+	}
+	ctx = context.WithValue(ctx, slotTraceKey{}, ref)
 	ctx, span := t.tracer.Start(ctx, name, slotSpanStart...)
 	if span.IsRecording() {
-		span.SetAttributes(attrJob.String(job), attrSlot.String(at.UTC().Format(time.RFC3339)), attrReplica.String(t.replica))
+		span.SetAttributes(attrJob.String(c.Job), attrSlot.String(c.Slot.UTC().Format(time.RFC3339)), attrReplica.String(t.replica))
+		if c.Manual != nil {
+			span.SetAttributes(attrManual.String(c.Manual.ID))
+			if c.Manual.By != "" {
+				span.SetAttributes(attrManualBy.String(c.Manual.By))
+			}
+		}
 	}
-	return &slotTrace{tel: t, job: job, ctx: ctx, span: span}
+	return &slotTrace{tel: t, job: c.Job, ctx: ctx, span: span}
 }
 
 // claiming starts the lock.claim span of each trace: one round trip serves

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotcron/slotcron/internal/rediskit"
+	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/slot"
 )
 
@@ -150,6 +151,17 @@ func (s *Store) target(c slot.Claim, allowOverlap bool) (ref, record, lease stri
 	}
 	at := c.Slot.Unix()
 	return strconv.FormatInt(at, 10), s.recordKey(c.Job, at), s.leaseKey(c.Job, at, allowOverlap)
+}
+
+// RecordKeyOf returns the key of the record of the slot a run is for under
+// prefix: RecordKey for a scheduled slot, the manual slot's own record for a
+// manual one (run.Manual). A job that checks its fence against its record
+// should use this one.
+func RecordKeyOf(prefix string, run jobs.Run) string {
+	if run.Manual != nil {
+		return prefix + ":{" + run.Job + "}:manual:" + run.Manual.ID
+	}
+	return RecordKey(prefix, run.Job, run.Slot)
 }
 
 func (s *Store) leaseKey(job string, slot int64, allowOverlap bool) string {

@@ -30,6 +30,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
 )
 
@@ -75,7 +76,10 @@ func (l *Lottery) DrawKey(slot int64) string { return l.Key("draw:" + strconv.Fo
 
 // Entry is one line of the draws list.
 type Entry struct {
-	Slot    int64    `json:"slot"`
+	Slot int64 `json:"slot"`
+	// Manual is the ID of the manual slot (worker trigger) the draw is
+	// for; "" for a scheduled slot. A manual draw is a draw of its own.
+	Manual  string   `json:"manual,omitempty"`
 	Replica string   `json:"replica"`
 	Fence   int64    `json:"fence"`
 	Winners []string `json:"winners"`
@@ -102,7 +106,11 @@ func (l *Lottery) Draw(ctx context.Context, run jobs.Run) error {
 	if err != nil {
 		return fmt.Errorf("lottery: draw: %w", err)
 	}
-	if err := l.Write(ctx, Entry{Slot: run.Slot.Unix(), Replica: run.Replica, Fence: run.Fence, Winners: winners}); err != nil {
+	e := Entry{Slot: run.Slot.Unix(), Replica: run.Replica, Fence: run.Fence, Winners: winners}
+	if run.Manual != nil {
+		e.Manual = run.Manual.ID
+	}
+	if err := l.Write(ctx, e); err != nil {
 		return err
 	}
 	if run.Logger != nil { // nil when a test calls Draw directly
@@ -123,7 +131,13 @@ func (l *Lottery) Write(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
-	keys := []string{l.Key("fence"), l.DrawKey(e.Slot), l.Key("draws"), slotstore.RecordKey(l.prefix, Name, time.Unix(e.Slot, 0))}
+	run := jobs.Run{Job: Name, Slot: time.Unix(e.Slot, 0)}
+	draw := l.DrawKey(e.Slot)
+	if e.Manual != "" {
+		run.Manual = &slot.Manual{ID: e.Manual}
+		draw = l.Key("draw:m:" + e.Manual)
+	}
+	keys := []string{l.Key("fence"), draw, l.Key("draws"), slotstore.RecordKeyOf(l.prefix, run)}
 	res, err := writeDraw.Run(ctx, l.rdb, keys, e.Fence, strings.Join(e.Winners, ","), e.Replica, string(line)).Slice()
 	if err != nil {
 		return fmt.Errorf("lottery: write draw of slot %d: %w", e.Slot, err)

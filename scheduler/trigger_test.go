@@ -1,0 +1,228 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+)
+
+// manualRuns is a job that counts its runs by manual ID ("" for scheduled
+// slots, by second), and works for hold.
+type manualRuns struct {
+	mu   sync.Mutex
+	runs map[string]int
+	by   map[string]string // ID -> who asked
+}
+
+func (m *manualRuns) fn(hold time.Duration) jobs.Func {
+	return func(ctx context.Context, run jobs.Run) error {
+		m.mu.Lock()
+		k := run.Slot.UTC().Format(time.TimeOnly)
+		if run.Manual != nil {
+			k = "m:" + run.Manual.ID
+			m.by[run.Manual.ID] = run.Manual.By + " / " + run.Manual.Note
+		}
+		m.runs[k]++
+		m.mu.Unlock()
+		select {
+		case <-time.After(hold):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+func (m *manualRuns) count(k string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runs[k]
+}
+
+// TestTriggerRunsOnceAcrossReplicas: three replicas are asked for the same
+// manual slot (one idempotency key) at once: exactly one runs it, and the
+// others answer lost, naming it. Asked again after the run, every replica
+// finds the record and runs nothing. A trigger without a key is a slot of its
+// own each time.
+func TestTriggerRunsOnceAcrossReplicas(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		m := &manualRuns{runs: map[string]int{}, by: map[string]string{}}
+		fns := map[string]jobs.Func{"draw": m.fn(200 * time.Millisecond)}
+		table := []scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *"}} // noon: never during the test
+		var reps []*replica
+		for _, id := range []string{"a", "b", "c"} {
+			reps = append(reps, h.start(id, registry(t, fns), table))
+		}
+		synctest.Wait() // every replica has started its loop
+
+		ask := slot.Manual{ID: "redo-2000-01-01", By: "ops@host", Note: "the noon draw failed"}
+		got := make([]scheduler.Triggered, len(reps))
+		var wg sync.WaitGroup
+		for i, r := range reps {
+			wg.Go(func() {
+				var err error
+				if got[i], err = r.s.Trigger(context.Background(), "draw", ask); err != nil {
+					t.Errorf("Trigger on %s: %v", r.id, err)
+				}
+			})
+		}
+		wg.Wait()
+		won := 0
+		for i, g := range got {
+			switch g.Outcome {
+			case slot.OutcomeWon:
+				won++
+				if g.RunID == "" || g.Manual.ID != ask.ID {
+					t.Errorf("%s won without a run ID: %+v", reps[i].id, g)
+				}
+			case slot.OutcomeLost:
+				if g.State != slot.StateRunning || g.Holder == reps[i].id {
+					t.Errorf("%s lost: %+v", reps[i].id, g)
+				}
+			default:
+				t.Errorf("%s: %+v", reps[i].id, g)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("%d replicas won the manual slot, want 1: %+v", won, got)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := m.count("m:" + ask.ID); n != 1 {
+			t.Fatalf("the manual slot ran %d times", n)
+		}
+		if m.by[ask.ID] != "ops@host / the noon draw failed" {
+			t.Errorf("the run saw Manual %q", m.by[ask.ID])
+		}
+		rec, ok, err := h.store.ManualRecord(context.Background(), "draw", ask.ID)
+		if err != nil || !ok || rec.State != slot.StateDone || rec.Manual.By != ask.By || rec.Manual.Note != ask.Note {
+			t.Fatalf("record %+v, %v, %v", rec, ok, err)
+		}
+
+		// Again, with the same key: nothing runs.
+		for _, r := range reps {
+			g, err := r.s.Trigger(context.Background(), "draw", ask)
+			if err != nil || g.Outcome != slot.OutcomeLost || g.State != slot.StateDone || g.Holder != rec.Owner {
+				t.Errorf("Trigger again on %s: %+v, %v", r.id, g, err)
+			}
+		}
+		// Without a key: a new slot each time.
+		for range 2 {
+			g, err := reps[1].s.Trigger(context.Background(), "draw", slot.Manual{By: "ops@host"})
+			if err != nil || g.Outcome != slot.OutcomeWon || g.Manual.ID == "" {
+				t.Fatalf("Trigger without a key: %+v, %v", g, err)
+			}
+			time.Sleep(time.Second)
+		}
+		synctest.Wait()
+		total := 0
+		for k, n := range m.runs {
+			if k[:2] == "m:" {
+				total += n
+			}
+		}
+		if total != 3 || m.count("m:"+ask.ID) != 1 {
+			t.Fatalf("manual runs: %v", m.runs)
+		}
+	})
+}
+
+// TestTriggerBesideAScheduledSlot: a manual slot asked for at the very second
+// of a scheduled one is a second slot. With overlap allowed both run; with
+// overlap skip, whichever claims second is recorded skipped, with a record.
+func TestTriggerBesideAScheduledSlot(t *testing.T) {
+	for _, overlap := range []scheduler.Overlap{scheduler.OverlapAllow, scheduler.OverlapSkip} {
+		t.Run(string(overlap), func(t *testing.T) {
+			bubble(t, func(t *testing.T, h *harness) {
+				m := &manualRuns{runs: map[string]int{}, by: map[string]string{}}
+				fns := map[string]jobs.Func{"tick": m.fn(300 * time.Millisecond)}
+				table := []scheduler.Job{{Name: "tick", Schedule: "@every 10s", Overlap: overlap}}
+				a := h.start("a", registry(t, fns), table)
+				h.start("b", registry(t, fns), table)
+				slotAt := nextSecond(0).Truncate(10 * time.Second).Add(10 * time.Second)
+				sleepUntil(slotAt)
+				g, err := a.s.Trigger(context.Background(), "tick", slot.Manual{ID: "k", By: "ops"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Second)
+				synctest.Wait()
+				sched := m.count(slotAt.UTC().Format(time.TimeOnly))
+				manual := m.count("m:k")
+				rec, _, _ := h.store.ManualRecord(context.Background(), "tick", "k")
+				switch overlap {
+				case scheduler.OverlapAllow:
+					if sched != 1 || manual != 1 || g.Outcome != slot.OutcomeWon || rec.State != slot.StateDone {
+						t.Fatalf("overlap allow: scheduled ran %d, manual %d (%+v), record %+v", sched, manual, g, rec)
+					}
+				case scheduler.OverlapSkip:
+					if sched != 1 || manual != 0 || g.Outcome != slot.OutcomeSkipped || rec.State != slot.StateSkipped {
+						t.Fatalf("overlap skip: scheduled ran %d, manual %d (%+v), record %+v", sched, manual, g, rec)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestTriggerIsChecked: an unknown job, a bad key and a Scheduler that is not
+// running are errors, before anything is sent.
+func TestTriggerIsChecked(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		fns := map[string]jobs.Func{"tick": func(context.Context, jobs.Run) error { return nil }}
+		table := []scheduler.Job{{Name: "tick", Schedule: "0 0 12 * * *"}}
+		r := h.start("a", registry(t, fns), table)
+		synctest.Wait()
+		if _, err := r.s.Trigger(context.Background(), "nope", slot.Manual{}); err == nil {
+			t.Error("Trigger of an unknown job")
+		}
+		if _, err := r.s.Trigger(context.Background(), "tick", slot.Manual{ID: "has space"}); err == nil {
+			t.Error("Trigger with a bad key")
+		}
+		r.stop()
+		if _, err := r.s.Trigger(context.Background(), "tick", slot.Manual{}); !errors.Is(err, scheduler.ErrNotRunning) {
+			t.Errorf("Trigger after Run returned: %v", err)
+		}
+		s, err := scheduler.New(h.store, registry(t, fns), scheduler.WithJobs(table...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Trigger(context.Background(), "tick", slot.Manual{}); !errors.Is(err, scheduler.ErrNotRunning) {
+			t.Errorf("Trigger before Run: %v", err)
+		}
+	})
+}
+
+// TestRunManual: a process that does not run the table (the command line)
+// runs a manual slot itself, once; asked again, it runs nothing.
+func TestRunManual(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		m := &manualRuns{runs: map[string]int{}, by: map[string]string{}}
+		fns := map[string]jobs.Func{"draw": m.fn(100 * time.Millisecond)}
+		table := []scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *"}}
+		h.start("a", registry(t, fns), table)
+		for i, want := range []slot.Outcome{slot.OutcomeWon, slot.OutcomeLost} {
+			s, err := scheduler.New(h.store, registry(t, fns), scheduler.WithJobs(table...), scheduler.WithReplicaID("cli"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m2, out, err := s.RunManual(context.Background(), "draw", slot.Manual{ID: "once", By: "me@laptop"})
+			if err != nil || out.Outcome != want || m2.ID != "once" {
+				t.Fatalf("RunManual %d: %+v, %v", i, out, err)
+			}
+			if want == slot.OutcomeWon && (out.State != slot.StateDone || out.RunID == "") {
+				t.Fatalf("RunManual ran: %+v", out)
+			}
+		}
+		if n := m.count("m:once"); n != 1 {
+			t.Fatalf("ran %d times", n)
+		}
+	})
+}
