@@ -10,12 +10,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
 )
 
 // AdminTokenEnv is the environment variable that holds the bearer token of
-// the admin endpoints (POST /admin/jobs/{job}/pause and /resume). Unset or
-// empty, they are off: they answer 404 and change nothing.
+// the admin endpoints (POST /admin/jobs/{job}/trigger, /pause and /resume).
+// Unset or empty, they are off: they answer 404 and change nothing.
 const AdminTokenEnv = "SLOTCRON_ADMIN_TOKEN"
 
 // jobView is a job as GET /jobs shows it.
@@ -32,9 +34,11 @@ type pauseView struct {
 }
 
 // adminRoutes adds GET /jobs (read-only, open: each job and its pause) and,
-// behind a bearer token, POST /admin/jobs/{job}/pause (form field note) and
-// POST /admin/jobs/{job}/resume.
-func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, token string) {
+// behind a bearer token, POST /admin/jobs/{job}/pause (form field note),
+// POST /admin/jobs/{job}/resume and POST /admin/jobs/{job}/trigger (form
+// fields note and key: a manual slot, claimed by this replica's scheduler;
+// see scheduler.Trigger).
+func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, s *scheduler.Scheduler, token string) {
 	names := make([]string, len(cfg.Jobs))
 	schedules := map[string]string{}
 	for i, jc := range cfg.Jobs {
@@ -80,6 +84,10 @@ func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, token 
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 			defer cancel()
+			if action == "trigger" {
+				trigger(ctx, w, r, s, job)
+				return
+			}
 			var changed bool
 			var err error
 			if action == "pause" {
@@ -97,4 +105,45 @@ func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, token 
 	}
 	mux.HandleFunc("POST /admin/jobs/{job}/pause", admin("pause"))
 	mux.HandleFunc("POST /admin/jobs/{job}/resume", admin("resume"))
+	mux.HandleFunc("POST /admin/jobs/{job}/trigger", admin("trigger"))
+}
+
+// triggerView is the answer to POST /admin/jobs/{job}/trigger.
+type triggerView struct {
+	Job     string    `json:"job"`
+	ID      string    `json:"id"`      // the manual slot's ID: the key, or a new UUIDv7
+	Outcome string    `json:"outcome"` // won: this replica runs it; lost: it has a record; skipped; paused
+	Replica string    `json:"replica"` // the replica that answered
+	Holder  string    `json:"holder,omitempty"`
+	State   string    `json:"state,omitempty"`
+	RunID   string    `json:"run_id,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// trigger asks this replica's scheduler for a manual slot of job.
+func trigger(ctx context.Context, w http.ResponseWriter, r *http.Request, s *scheduler.Scheduler, job string) {
+	m := slot.Manual{ID: r.FormValue("key"), Note: r.FormValue("note"), By: "http " + r.RemoteAddr}
+	if m.ID != "" {
+		if err := slot.CheckManualID(m.ID); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
+	if len(m.Note) > slot.MaxNote {
+		http.Error(w, fmt.Sprintf("the note is %d bytes, more than %d", len(m.Note), slot.MaxNote), http.StatusBadRequest)
+		return
+	}
+	if s == nil {
+		http.Error(w, "trigger: this server runs no scheduler", http.StatusServiceUnavailable)
+		return
+	}
+	t, err := s.Trigger(ctx, job, m)
+	if err != nil {
+		http.Error(w, "trigger: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(triggerView{Job: job, ID: t.Manual.ID, Outcome: string(t.Outcome), Replica: s.ReplicaID(),
+		Holder: t.Holder, State: string(t.State), RunID: t.RunID, Reason: t.Reason, At: t.Slot.UTC()})
 }

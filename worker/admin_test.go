@@ -58,12 +58,25 @@ func TestAdminEndpoints(t *testing.T) {
 		t.Fatalf("no token set: %d %q, paused %v", code, body, paused())
 	}
 
+	for _, action := range []string{"resume", "trigger"} {
+		if code, _ := do(off.URL, "POST", "/admin/jobs/lottery/"+action, "Bearer anything", nil); code != http.StatusNotFound {
+			t.Fatalf("no token set, %s: %d", action, code)
+		}
+	}
+
 	on := httptest.NewServer(handler(rdb, nil, cfg, store, "s3cret", http.NotFoundHandler()))
 	defer on.Close()
 	for _, auth := range []string{"", "Bearer wrong", "Bearer s3cret2", "Basic s3cret", "s3cret"} {
 		if code, _ := do(on.URL, "POST", "/admin/jobs/lottery/pause", auth, note); code != http.StatusUnauthorized || paused() {
 			t.Fatalf("Authorization %q: %d, paused %v; want 401 and no pause", auth, code, paused())
 		}
+		// The trigger's right-token case runs a job: TestTriggerCommand.
+		if code, _ := do(on.URL, "POST", "/admin/jobs/lottery/trigger", auth, nil); code != http.StatusUnauthorized {
+			t.Fatalf("Authorization %q, trigger: %d; want 401", auth, code)
+		}
+	}
+	if code, _ := do(on.URL, "POST", "/admin/jobs/lottery/trigger", "Bearer s3cret", url.Values{"key": {"a b"}}); code != http.StatusBadRequest {
+		t.Fatalf("trigger with a bad key: %d; want 400", code)
 	}
 	if code, _ := do(on.URL, "POST", "/admin/jobs/nope/pause", "Bearer s3cret", note); code != http.StatusNotFound {
 		t.Fatalf("unknown job: %d", code)

@@ -114,30 +114,12 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 		return 0
 	}
 
-	tel, err := NewTelemetry(ctx, cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "worker backfill: telemetry: %v\n", err)
-		return 1
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		tel.Shutdown(sctx)
-	}()
-	var storeOpts []slotstore.Option
-	if cfg.Redis.WaitReplicas > 0 {
-		storeOpts = append(storeOpts, slotstore.WithWaitReplicas(cfg.Redis.WaitReplicas, cfg.Redis.WaitTimeout))
-	}
-	if store, err = slotstore.New(rdb, cfg.Redis.KeyPrefix, storeOpts...); err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	s, err := scheduler.New(store, reg, schedulerOptions(cfg, "backfill-"+scheduler.DefaultReplicaID(), log, tel)...)
+	s, done, err := oneShot(ctx, cfg, rdb, reg, "backfill", stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "worker backfill: %v\n", err)
 		return 1
 	}
+	defer done()
 	results, err := s.Backfill(ctx, job, gaps, a.parallel)
 	ran, states := 0, map[slot.State]int{}
 	for _, r := range results {
@@ -168,4 +150,36 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 		return 1
 	}
 	return 0
+}
+
+// oneShot returns a scheduler for a command that runs slots in this process
+// without running the table (backfill, trigger), as replica
+// "<what>-<hostname>-<pid>", with the worker's telemetry and JSON logs on
+// stderr; done flushes the telemetry.
+func oneShot(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *jobs.Registry, what string, stderr io.Writer) (*scheduler.Scheduler, func(), error) {
+	tel, err := NewTelemetry(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("telemetry: %w", err)
+	}
+	done := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tel.Shutdown(sctx)
+	}
+	var storeOpts []slotstore.Option
+	if cfg.Redis.WaitReplicas > 0 {
+		storeOpts = append(storeOpts, slotstore.WithWaitReplicas(cfg.Redis.WaitReplicas, cfg.Redis.WaitTimeout))
+	}
+	store, err := slotstore.New(rdb, cfg.Redis.KeyPrefix, storeOpts...)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	s, err := scheduler.New(store, reg, schedulerOptions(cfg, what+"-"+scheduler.DefaultReplicaID(), log, tel)...)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return s, done, nil
 }

@@ -245,7 +245,7 @@ func checkStatus(t *testing.T, path string, reg Registrar, slots *slotstore.Stor
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := regexp.MustCompile(`(?m)^  (\S+Z)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+\S+\s+(\S+)`).FindAllStringSubmatch(out.String(), -1)
+	rows := regexp.MustCompile(`(?m)^  (\S+Z)\s+(scheduled|manual \S+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+\S+\s+(\S+)`).FindAllStringSubmatch(out.String(), -1)
 	if len(rows) != len(recs) {
 		t.Fatalf("status printed %d rows, Records has %d:\n%s", len(rows), len(recs), out.String())
 	}
@@ -257,7 +257,7 @@ func checkStatus(t *testing.T, path string, reg Registrar, slots *slotstore.Stor
 		case r.Started.IsZero() || runID == "":
 			t.Fatalf("record %+v: a run ID without a run, or a run without one", r)
 		}
-		want := []string{r.Slot.UTC().Format(time.RFC3339), string(r.State), r.Owner, strconv.Itoa(r.Attempt), strconv.FormatInt(r.Fence, 10), runID}
+		want := []string{r.Slot.UTC().Format(time.RFC3339), "scheduled", string(r.State), r.Owner, strconv.Itoa(r.Attempt), strconv.FormatInt(r.Fence, 10), runID}
 		if strings.Join(rows[i][1:], " ") != strings.Join(want, " ") {
 			t.Fatalf("status row %d = %v, record %v", i, rows[i][1:], want)
 		}
@@ -272,7 +272,7 @@ func TestHelp(t *testing.T) {
 		if code := Command(context.Background(), args, ticker("x"), &out, &errb); code != 0 {
 			t.Fatalf("%q: exit %d, stderr %q", args, code, errb.String())
 		}
-		for _, cmd := range []string{"run", "check", "status", "pause", "resume", "help"} {
+		for _, cmd := range []string{"run", "check", "status", "pause", "resume", "backfill", "trigger", "help"} {
 			if !regexp.MustCompile(`(?m)^  ` + cmd + `\s+\S`).MatchString(out.String()) {
 				t.Errorf("%q: no line for %s in:\n%s", args, cmd, out.String())
 			}

@@ -122,7 +122,7 @@ func dashboardJobs(ctx context.Context, cfg *Config, store *slotstore.Store, uiU
 			if !rec.Started.IsZero() {
 				dr.Delay = rec.Started.Sub(rec.Slot).Round(time.Millisecond).String()
 			}
-			trace := scheduler.SlotTraceID(cfg.Redis.KeyPrefix, j.Name, rec.Slot).String()
+			trace := scheduler.RecordTraceID(cfg.Redis.KeyPrefix, rec).String()
 			dr.TraceShort = trace[:8]
 			if uiURL != "" {
 				dr.TraceURL = strings.TrimSuffix(uiURL, "/") + "/trace/" + trace

@@ -18,7 +18,7 @@ import (
 func handler(rdb redis.UniversalClient, s *scheduler.Scheduler, cfg *Config, store *slotstore.Store, adminToken string, metrics http.Handler) http.Handler {
 	maxSkew := cfg.Clock.MaxSkew
 	mux := http.NewServeMux()
-	adminRoutes(mux, cfg, store, adminToken)
+	adminRoutes(mux, cfg, store, s, adminToken)
 	mux.HandleFunc("GET /{$}", dashboard(cfg, store, cfg.Tracing.UIURL))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")

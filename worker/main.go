@@ -20,6 +20,7 @@ import (
 
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
 )
 
@@ -55,6 +56,8 @@ Commands:
   resume    end a job's pause: worker resume JOB
   backfill  run a job's past slots that have no record, oldest first, in this process:
             worker backfill JOB -from T -to T [-dry-run] [-parallel N] (T: 2026-11-22T12:00:00Z)
+  trigger   run a job now, once, in this process, as a manual slot of its own:
+            worker trigger JOB [-note TEXT] [-key IDEMPOTENCY_KEY]; the same key never runs twice
   help      print this help
 
 Flags:
@@ -106,9 +109,9 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 		sub, args = args[0], args[1:]
 	}
 	switch sub {
-	case "run", "check", "status", "pause", "resume", "backfill":
+	case "run", "check", "status", "pause", "resume", "backfill", "trigger":
 	default:
-		fmt.Fprintf(stderr, "worker: unknown command %q; use run, check, status, pause, resume or backfill (worker help lists them)\n", sub)
+		fmt.Fprintf(stderr, "worker: unknown command %q; use run, check, status, pause, resume, backfill or trigger (worker help lists them)\n", sub)
 		return 2
 	}
 	fs := flag.NewFlagSet("worker "+sub, flag.ContinueOnError)
@@ -117,7 +120,8 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 	var job string
 	note := new(string)
 	var bf backfillArgs
-	takesJob := sub == "pause" || sub == "resume" || sub == "backfill"
+	key := new(string)
+	takesJob := sub == "pause" || sub == "resume" || sub == "backfill" || sub == "trigger"
 	if takesJob {
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") { // worker pause JOB -note TEXT
 			job, args = args[0], args[1:]
@@ -126,6 +130,9 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 	switch sub {
 	case "pause":
 		note = fs.String("note", "", "why: shown by status and in each paused slot's record")
+	case "trigger":
+		note = fs.String("note", "", "why: kept in the manual slot's record, shown by status")
+		key = fs.String("key", "", "the idempotency key: the manual slot's ID; a key that has a record runs nothing. Default: a new UUIDv7")
 	case "backfill":
 		fs.StringVar(&bf.from, "from", "", "the first slot time to consider, RFC 3339 (2026-11-22T00:00:00Z)")
 		fs.StringVar(&bf.to, "to", "", "the last slot time to consider, RFC 3339; not in the future")
@@ -161,11 +168,14 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 		return status(ctx, cfg, rdb, stdout, stderr)
 	case "pause", "resume":
 		return pause(ctx, cfg, rdb, sub, job, *note, stdout, stderr)
-	case "backfill":
+	case "backfill", "trigger":
 		// SIGINT or SIGTERM stops claiming; runs in progress finish and are
 		// recorded (for the shutdown grace), as in run.
 		ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
+		if sub == "trigger" {
+			return triggerCmd(ctx, cfg, rdb, reg, job, slot.Manual{ID: *key, Note: *note, By: asker()}, stdout, stderr)
+		}
 		return backfill(ctx, cfg, rdb, reg, job, bf, stdout, stderr)
 	}
 	return run(ctx, cfg, rdb, reg, stderr)

@@ -112,12 +112,22 @@ func waitFor(t *testing.T, limit time.Duration, ok func() bool) {
 // one exited non-zero.
 func startWorkers(t *testing.T, path string, register Registrar, ids ...string) (stop func()) {
 	t.Helper()
+	return startWorkersEnv(t, path, register, nil, ids...)
+}
+
+// startWorkersEnv is startWorkers; workerEnv(i), when not nil, sets the
+// environment of worker i (t.Setenv) before it loads its config.
+func startWorkersEnv(t *testing.T, path string, register Registrar, workerEnv func(i int), ids ...string) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	exits := make(chan int, len(ids))
 	logs := make([]*syncBuffer, len(ids))
 	for i, id := range ids {
 		logs[i] = &syncBuffer{}
 		t.Setenv(ReplicaIDEnv, id)
+		if workerEnv != nil {
+			workerEnv(i)
+		}
 		go func() { exits <- Command(ctx, []string{"run", "-config", path}, register, io.Discard, logs[i]) }()
 		waitFor(t, 30*time.Second, func() bool { return strings.Contains(logs[i].String(), `"msg":"scheduler started"`) })
 	}

@@ -52,7 +52,10 @@ func status(ctx context.Context, cfg *Config, rdb redis.UniversalClient, out, st
 			return 1
 		}
 		lease := "free"
-		if holder != "" {
+		switch {
+		case holder != "" && at.IsZero():
+			lease = fmt.Sprintf("held by %s for a manual slot, %v left", holder, ttl.Round(time.Millisecond))
+		case holder != "":
 			lease = fmt.Sprintf("held by %s for slot %s, %v left", holder, at.UTC().Format(time.RFC3339), ttl.Round(time.Millisecond))
 		}
 		fmt.Fprintf(out, "job %s  schedule %q  lease: %s\n", j.Name, j.Schedule, lease)
@@ -73,14 +76,10 @@ func status(ctx context.Context, cfg *Config, rdb redis.UniversalClient, out, st
 			continue
 		}
 		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "  SLOT\tSTATE\tREPLICA\tATTEMPT\tFENCE\tDURATION\tRUN ID\tTRACE\tRESULT OR ERROR")
+		fmt.Fprintln(w, "  SLOT\tKIND\tSTATE\tREPLICA\tATTEMPT\tFENCE\tDURATION\tRUN ID\tTRACE\tRESULT OR ERROR")
 		for _, r := range recs {
-			runID := r.RunID
-			if runID == "" {
-				runID = "-"
-			}
-			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Slot.UTC().Format(time.RFC3339), r.State, r.Owner,
-				r.Attempt, r.Fence, duration(r), runID, scheduler.SlotTraceID(cfg.Redis.KeyPrefix, j.Name, r.Slot), resultOrError(r))
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Slot.UTC().Format(time.RFC3339), recordKind(r), r.State, r.Owner,
+				r.Attempt, r.Fence, duration(r), orDash(r.RunID), scheduler.RecordTraceID(cfg.Redis.KeyPrefix, r), resultOrError(r))
 		}
 		w.Flush()
 	}
@@ -172,10 +171,37 @@ func firstLine(s string) string {
 	return s
 }
 
-// resultOrError is a record's error, or else its result, on one line.
+// resultOrError is a record's error, or else its result, on one line; a
+// manual slot's says who asked, and why.
 func resultOrError(r slot.Record) string {
+	text := r.Result
 	if r.Error != "" {
-		return firstLine(r.Error)
+		text = r.Error
 	}
-	return firstLine(r.Result)
+	if m := r.Manual; m != nil {
+		asked := "asked by " + m.By
+		if m.Note != "" {
+			asked += ": " + m.Note
+		}
+		if text == "" {
+			return firstLine(asked)
+		}
+		return firstLine(asked + "; " + text)
+	}
+	return firstLine(text)
+}
+
+// recordKind is "scheduled", or "manual <id>" for a manual slot's record.
+func recordKind(r slot.Record) string {
+	if r.Manual != nil {
+		return "manual " + r.Manual.ID
+	}
+	return "scheduled"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -1,0 +1,85 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// triggerCmd runs a manual slot of job in this process and waits for it; see
+// scheduler.RunManual. It prints what happened, and the run's record.
+func triggerCmd(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *jobs.Registry, job string, m slot.Manual, out, stderr io.Writer) int {
+	var names []string
+	for _, jc := range cfg.Jobs {
+		names = append(names, jc.Name)
+	}
+	switch {
+	case !slices.Contains(names, job):
+		fmt.Fprintf(stderr, "worker trigger: no job %q in the cron table; it has: %s\n", job, strings.Join(names, ", "))
+		return 2
+	case m.ID != "" && slot.CheckManualID(m.ID) != nil:
+		fmt.Fprintf(stderr, "worker trigger: -key: %v\n", slot.CheckManualID(m.ID))
+		return 2
+	case len(m.Note) > slot.MaxNote:
+		fmt.Fprintf(stderr, "worker trigger: -note is %d bytes, more than %d\n", len(m.Note), slot.MaxNote)
+		return 2
+	}
+	s, done, err := oneShot(ctx, cfg, rdb, reg, "trigger", stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "worker trigger: %v\n", err)
+		return 1
+	}
+	defer done()
+	m, res, err := s.RunManual(ctx, job, m)
+	switch {
+	case err != nil && res.Outcome == "":
+		fmt.Fprintf(stderr, "worker trigger: %v\n", err)
+		return 1
+	case res.Err != nil:
+		fmt.Fprintf(stderr, "worker trigger: the claim failed: %v\n", res.Err)
+		return 1
+	}
+	fmt.Fprintf(out, "trigger %s: manual slot %s\n", job, m.ID)
+	store, _ := slotstore.New(rdb, cfg.Redis.KeyPrefix) // the prefix was checked by oneShot
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	rec, ok, rerr := store.ManualRecord(rctx, job, m.ID)
+	switch {
+	case res.Outcome == slot.OutcomeWon:
+		fmt.Fprintf(out, "ran here as %s: %s\n", s.ReplicaID(), res.State)
+	case res.Outcome == slot.OutcomeLost:
+		fmt.Fprintf(out, "not run: the key %s has a record already, %s by %s; a key runs once\n", m.ID, res.State, res.Holder)
+	case res.Outcome == slot.OutcomeSkipped:
+		fmt.Fprintf(out, "not run: recorded skipped, since the job's overlap is skip and a run holds the job (on %s)\n", res.Holder)
+	case res.Outcome == slot.OutcomePaused:
+		fmt.Fprintf(out, "not run: recorded paused, since the job is paused; resume it first\n")
+	}
+	if rerr != nil {
+		fmt.Fprintf(stderr, "worker trigger: reading the record: %v\n", rerr)
+		return 1
+	}
+	if ok {
+		fmt.Fprintf(out, "record: %s, owner %s, attempt %d, fence %d, run %s, took %s\n", rec.State, rec.Owner, rec.Attempt, rec.Fence,
+			orDash(rec.RunID), duration(rec))
+		if text := resultOrError(rec); text != "" && text != "-" {
+			fmt.Fprintf(out, "  %s\n", text)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "worker trigger: stopped: %v\n", err)
+		return 1
+	}
+	if res.Outcome == slot.OutcomeWon && res.State != slot.StateDone {
+		return 1
+	}
+	return 0
+}
