@@ -24,7 +24,8 @@ func testMisfireIsRecordedNotStartedLate(t *testing.T, e *harness) {
 	key := "starts"
 	table := []scheduler.Job{{Name: "tight", Schedule: "@every 1s", MisfireGrace: 500 * time.Millisecond}}
 	first := nextSecond(500 * time.Millisecond)
-	e.startWith("laggard", replicaOpts{offset: -time.Second}, registry(t, map[string]jobs.Func{"tight": recorder(e.rdb, key, 0)}), table)
+	events := &eventLog{}
+	e.startWith("laggard", replicaOpts{offset: -time.Second}, registry(t, map[string]jobs.Func{"tight": recorder(e.rdb, key, 0)}), table, events.option())
 	sleepUntil(first.Add(3500 * time.Millisecond))
 	if starts := e.starts(key); len(starts) != 0 {
 		t.Fatalf("slots started late: %+v", starts)
@@ -33,6 +34,15 @@ func testMisfireIsRecordedNotStartedLate(t *testing.T, e *harness) {
 		rec, ok := e.record("tight", at)
 		if !ok || rec.State != slot.StateMissed || !strings.Contains(rec.Error, "past the misfire grace") {
 			t.Errorf("slot %d: %+v (found %v), want missed past the grace", at, rec, ok)
+		}
+	}
+	missed := map[int64]bool{}
+	for _, ev := range events.of(t, scheduler.EventMissed) {
+		missed[ev.Slot.Unix()] = ev.Replica == "laggard" && ev.Job == "tight" && strings.Contains(ev.Error, "past the misfire grace")
+	}
+	for at := first.Unix(); at < first.Unix()+3; at++ {
+		if !missed[at] {
+			t.Errorf("slot %d: no missed event (%v)", at, missed)
 		}
 	}
 }
@@ -45,11 +55,15 @@ func testRefusesToClaimAboveMaxSkew(t *testing.T, e *harness) {
 	key := "starts"
 	table := []scheduler.Job{{Name: "job", Schedule: "@every 1s"}}
 	fns := map[string]jobs.Func{"job": recorder(e.rdb, key, 0)}
-	skewed := e.startWith("skewed", replicaOpts{offset: 3 * time.Second}, registry(t, fns), table)
+	events := &eventLog{}
+	skewed := e.startWith("skewed", replicaOpts{offset: 3 * time.Second}, registry(t, fns), table, events.option())
 	first := nextSecond(500 * time.Millisecond)
 	sleepUntil(first)
-	e.start("healthy", registry(t, fns), table)
+	e.start("healthy", registry(t, fns), table, events.option())
 	sleepUntil(first.Add(3500 * time.Millisecond))
+	if drift := events.of(t, scheduler.EventDrift); len(drift) != 1 || drift[0].Replica != "skewed" || !strings.Contains(drift[0].Error, "above max_skew") {
+		t.Fatalf("drift events: %+v; want one, from the skewed replica", drift)
+	}
 
 	offset, ok := skewed.s.Offset()
 	if !ok || offset > -2900*time.Millisecond || offset < -3100*time.Millisecond {

@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -17,6 +19,7 @@ func (s *Scheduler) probe(ctx context.Context) error {
 	}
 	t1 := s.cfg.clock.Now()
 	offset := p.Now.Sub(t0.Add(t1.Sub(t0) / 2))
+	_, wasRefused := s.refused()
 	s.offsetMu.Lock()
 	s.offset, s.measured = offset, true
 	s.probedWall, s.probedMono = t1.Round(0), time.Now()
@@ -30,12 +33,16 @@ func (s *Scheduler) probe(ctx context.Context) error {
 	switch {
 	case abs > s.cfg.maxSkew:
 		s.log.Error("clock offset from Redis is above max_skew: this replica refuses to claim until it is fixed", attrs...)
+		if !wasRefused {
+			s.emit(Event{ID: s.cfg.replica + "/drift/" + strconv.FormatInt(t1.UnixMilli(), 10), Kind: EventDrift, At: t1,
+				Error: fmt.Sprintf("clock offset from Redis %v is above max_skew %v: this replica refuses to claim", offset.Round(time.Millisecond), s.cfg.maxSkew)})
+		}
 	case abs > s.cfg.warnSkew:
 		s.log.Warn("clock offset from Redis is above warn_skew", attrs...)
 	}
 	switch {
 	case known != "" && known != p.Epoch:
-		s.dataLoss("the deployment's epoch in Redis changed", "previous_epoch", known, "epoch", p.Epoch)
+		s.dataLossOf(known, "the deployment's epoch in Redis changed", "previous_epoch", known, "epoch", p.Epoch)
 	case known == "" && p.Created:
 		s.log.Info("Redis held no epoch for this key prefix: a first deployment, or data lost while no replica ran",
 			"slotcron.replica", s.cfg.replica, "epoch", p.Epoch)
@@ -45,6 +52,16 @@ func (s *Scheduler) probe(ctx context.Context) error {
 
 // dataLoss reports, loudly, that Redis lost data this replica relied on.
 func (s *Scheduler) dataLoss(why string, attrs ...any) {
+	s.offsetMu.Lock()
+	epoch := s.epoch
+	s.offsetMu.Unlock()
+	s.dataLossOf(epoch, why, attrs...)
+}
+
+// dataLossOf is dataLoss of the data written under epoch, the deployment's
+// epoch that was lost: every replica that knew it reports the same event ID.
+func (s *Scheduler) dataLossOf(epoch, why string, attrs ...any) {
+	s.emit(Event{ID: "data_loss/" + epoch, Kind: EventDataLoss, Error: "Redis lost data: " + why})
 	s.tel.dataLost()
 	s.log.Error("Redis lost data: "+why+"; slot records, leases and fence counters written before may be gone, "+
 		"so a slot still within its misfire grace may run again (see the README's guarantees)",

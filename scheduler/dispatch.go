@@ -246,6 +246,14 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 		}
 		r.log.Log(ctx, d.level, d.msg, attrs...)
 	}
+	switch {
+	case res.Err != nil:
+	case res.Outcome == slot.OutcomeMissed && c.Kind != slot.ClaimMiss:
+		r.s.emit(slotEvent(EventMissed, c, 0, 0, "", fmt.Sprintf("%s: started %v after the slot, past the misfire grace", c.Reason, res.Late.Round(time.Millisecond))))
+	case res.Outcome == slot.OutcomeAbandoned:
+		e := slotEvent(EventAbandoned, c, res.Attempt, res.Fence, "", "owner "+res.Holder+" lost its lease")
+		r.s.emit(e)
+	}
 	if d.run {
 		r.start(j, c, res.Lease, st)
 		return

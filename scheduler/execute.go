@@ -56,6 +56,7 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, lease slot.Lease, st 
 			r.s.tel.lost(j.Name)
 			st.lost(cause)
 			log.Error("lease lost: the job's context is cancelled", "error", cause)
+			r.s.emit(slotEvent(EventLeaseLost, claimOf(j, manual, lease), run.Attempt, run.Fence, run.RunID, cause.Error()))
 		}
 	})
 	ctx, cancel := context.WithCancelCause(lease.Context())
@@ -94,6 +95,14 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, lease slot.Lease, st 
 			level = slog.LevelError
 		}
 		log.Log(context.Background(), level, "job finished", "state", string(state), "took", took.String(), "error", text)
+		switch state {
+		case slot.StateFailed:
+			e := slotEvent(EventFailed, claimOf(j, manual, lease), run.Attempt, run.Fence, run.RunID, text)
+			e.Result = result()
+			r.s.emit(e)
+		case slot.StateAbandoned:
+			r.s.emit(slotEvent(EventAbandoned, claimOf(j, manual, lease), run.Attempt, run.Fence, run.RunID, text))
+		}
 	case errors.Is(ferr, slot.ErrDataLoss):
 		r.s.dataLoss("a finished run's slot record is gone", "slotcron.job", j.Name,
 			"slotcron.slot", run.Slot.UTC().Format(time.RFC3339), "state", string(state))
@@ -142,4 +151,9 @@ func outcome(err error, ctx context.Context, lease slot.Lease, policy OwnerLost)
 		return slot.StateAbandoned, text
 	}
 	return slot.StateFailed, text
+}
+
+// claimOf is the slot of a run, as a claim names it, for its events.
+func claimOf(j *jobState, manual *slot.Manual, lease slot.Lease) slot.Claim {
+	return slot.Claim{Job: j.Name, Slot: lease.Slot(), Manual: manual}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/slotcron/slotcron/jobs"
@@ -172,5 +173,44 @@ func TestRestartSettlesEveryRunningSlot(t *testing.T) {
 		if rec, _ := h.record("long", s.Add(20*time.Second).Unix()); rec.State != slot.StateRunning || rec.Owner != "a-restarted" {
 			t.Fatalf("slot S+20s: %+v, want running on the restarted replica", rec)
 		}
+	})
+}
+
+// TestDataLossIsOneEvent: Redis loses everything while runs are in progress.
+// Every replica that notices reports it, with one event ID (the lost
+// epoch's), so that an alert outbox sends it once.
+func TestDataLossIsOneEvent(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		events := &eventLog{}
+		fns := map[string]jobs.Func{"tick": recorder(h.rdb, h.prefix+":starts", 1500*time.Millisecond)}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s", LeaseTTL: time.Second}}
+		for _, id := range []string{"a", "b", "c"} {
+			h.start(id, registry(t, fns), table, events.option(), scheduler.WithClockCheckEvery(2*time.Second))
+		}
+		time.Sleep(2500 * time.Millisecond)
+		epoch, err := h.rdb.Get(context.Background(), h.prefix+":epoch").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.mr.FlushAll() // the test's own in-memory server
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		events.mu.Lock()
+		var reported []scheduler.Event
+		for _, e := range events.events {
+			if e.Kind == scheduler.EventDataLoss {
+				reported = append(reported, e)
+			}
+		}
+		events.mu.Unlock()
+		if len(reported) == 0 {
+			t.Fatal("no replica reported the data loss")
+		}
+		for _, e := range reported {
+			if e.ID != "data_loss/"+epoch {
+				t.Errorf("%s reported %s, want data_loss/%s: %s", e.Replica, e.ID, epoch, e.Error)
+			}
+		}
+		t.Logf("%d reports of the loss, one ID", len(reported))
 	})
 }

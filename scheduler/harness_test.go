@@ -509,3 +509,38 @@ func (l *testLog) logger(level slog.Level) *slog.Logger {
 	var w io.Writer = l
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
+
+// eventLog collects the events replicas report (scheduler.WithEventHook).
+type eventLog struct {
+	mu     sync.Mutex
+	events []scheduler.Event
+}
+
+func (l *eventLog) hook(e scheduler.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *eventLog) option() scheduler.Option { return scheduler.WithEventHook(l.hook) }
+
+// of returns the events of kind, and fails t when two share an ID: a fact
+// reported twice.
+func (l *eventLog) of(t *testing.T, kind scheduler.EventKind) []scheduler.Event {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []scheduler.Event
+	seen := map[string]bool{}
+	for _, e := range l.events {
+		if e.Kind != kind {
+			continue
+		}
+		if seen[e.ID] {
+			t.Errorf("event %s reported twice", e.ID)
+		}
+		seen[e.ID] = true
+		out = append(out, e)
+	}
+	return out
+}

@@ -35,6 +35,7 @@ type config struct {
 	version         string
 	keyPrefix       string
 	jobs            []Job
+	onEvent         func(Event)
 }
 
 // The scheduler-wide defaults.
@@ -227,6 +228,18 @@ func WithKeyPrefix(prefix string) Option {
 			return errors.New("scheduler: WithKeyPrefix: empty prefix")
 		}
 		c.keyPrefix = prefix
+		return nil
+	}
+}
+
+// WithEventHook calls fn with every Event this replica reports: failed,
+// missed and abandoned slots it recorded, leases it lost, its clock's drift
+// past max_skew, and data Redis lost. fn runs on the goroutine that recorded
+// the event, so it must hand the event on and return (the worker writes it
+// to its webhook outbox).
+func WithEventHook(fn func(Event)) Option {
+	return func(c *config) error {
+		c.onEvent = fn
 		return nil
 	}
 }

@@ -78,12 +78,13 @@ func testOwnerLoss(t *testing.T, e *harness, policy scheduler.OwnerLost, ttl tim
 	}
 	reg := func() *jobs.Registry { return registry(t, map[string]jobs.Func{"long": untilCancelled(e, key, out)}) }
 	grace := scheduler.WithShutdownGrace(100 * time.Millisecond)
+	events := &eventLog{}
 
 	// The winner starts alone and takes the first slot. Its spans and metrics
 	// are kept in memory.
 	spans := tracetest.NewSpanRecorder()
 	metrics := sdkmetric.NewManualReader()
-	winner := e.start("winner", reg(), []scheduler.Job{job}, grace,
+	winner := e.start("winner", reg(), []scheduler.Job{job}, grace, events.option(),
 		scheduler.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))),
 		scheduler.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))))
 	time.Sleep(10 * time.Millisecond)
@@ -92,8 +93,8 @@ func testOwnerLoss(t *testing.T, e *harness, policy scheduler.OwnerLost, ttl tim
 	}
 	first := e.starts(key)[0]
 	// The others start; the run holds the job, so they skip and watch it.
-	e.start("b", reg(), []scheduler.Job{job}, grace)
-	e.start("c", reg(), []scheduler.Job{job}, grace)
+	e.start("b", reg(), []scheduler.Job{job}, grace, events.option())
+	e.start("c", reg(), []scheduler.Job{job}, grace, events.option())
 	time.Sleep(1500 * time.Millisecond)
 
 	frozen := time.Now()
@@ -127,6 +128,10 @@ func testOwnerLoss(t *testing.T, e *harness, policy scheduler.OwnerLost, ttl tim
 	if n := counter(t, metrics, "slotcron.lease_lost"); n != 1 {
 		t.Fatalf("slotcron.lease_lost = %d, want 1", n)
 	}
+	if ll := events.of(t, scheduler.EventLeaseLost); len(ll) != 1 || ll[0].Replica != "winner" || ll[0].Slot.Unix() != first.slot ||
+		ll[0].RunID != lost.run.RunID || ll[0].Fence != first.fence {
+		t.Fatalf("lease_lost events: %+v", ll)
+	}
 
 	time.Sleep(3 * ttl) // the others settle the slot
 	switch policy {
@@ -148,6 +153,11 @@ func testOwnerLoss(t *testing.T, e *harness, policy scheduler.OwnerLost, ttl tim
 		rec, _ := e.record("long", first.slot)
 		if rec.State != slot.StateAbandoned {
 			t.Fatalf("record %+v, want abandoned", rec)
+		}
+		// Reported once, by the replica that recorded it.
+		ab := events.of(t, scheduler.EventAbandoned)
+		if len(ab) != 1 || ab[0].Slot.Unix() != first.slot || ab[0].Replica == "winner" || ab[0].Attempt != 1 {
+			t.Fatalf("abandoned events: %+v", ab)
 		}
 		time.Sleep(2 * ttl) // nobody runs it again
 		for _, s := range e.starts(key) {

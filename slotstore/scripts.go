@@ -23,6 +23,7 @@ var (
 	takeoverScript = rediskit.Script(scriptDir, "takeover.lua", "fence_lib.lua")
 	probeScript    = rediskit.Script(scriptDir, "probe.lua")
 	pauseScript    = rediskit.Script(scriptDir, "pause.lua")
+	outboxScript   = rediskit.Script(scriptDir, "outbox.lua")
 
 	heartbeatScript   = rediskit.Script(scriptDir, "heartbeat.lua")
 	deploymentsScript = rediskit.Script(scriptDir, "deployments.lua")

@@ -92,6 +92,9 @@ func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, s *sch
 			var err error
 			if action == "pause" {
 				changed, err = store.Pause(ctx, job, r.FormValue("note"), "http "+r.RemoteAddr)
+				if err == nil && changed {
+					err = addPaused(ctx, cfg, store, job, r.FormValue("note"), "http "+r.RemoteAddr, time.Now())
+				}
 			} else {
 				changed, err = store.Resume(ctx, job)
 			}

@@ -23,6 +23,7 @@ type Config struct {
 	Clock         ClockConfig   `yaml:"clock"`
 	HTTP          HTTPConfig    `yaml:"http"`
 	Tracing       TracingConfig `yaml:"tracing"`
+	Alerts        AlertsConfig  `yaml:"alerts"`
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 	Jobs          []JobConfig   `yaml:"jobs"`
 }
@@ -264,6 +265,20 @@ func (c *Config) defaults(d *decoder) {
 	}
 	if !d.set("shutdown_grace") {
 		c.ShutdownGrace = scheduler.DefaultShutdownGrace
+	}
+	if len(c.Alerts.Events) == 0 {
+		for _, k := range scheduler.EventKinds {
+			c.Alerts.Events = append(c.Alerts.Events, string(k))
+		}
+	}
+	if c.Alerts.SecretEnv == "" {
+		c.Alerts.SecretEnv = DefaultWebhookSecretEnv
+	}
+	if c.Alerts.Timeout == 0 {
+		c.Alerts.Timeout = 5 * time.Second
+	}
+	if c.Alerts.MaxAttempts == 0 {
+		c.Alerts.MaxAttempts = 10
 	}
 }
 

@@ -21,12 +21,14 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{
-		ReplicaID:     cfg.ReplicaID,
-		Redis:         RedisConfig{Mode: "single", Addrs: []string{"127.0.0.1:6379"}, KeyPrefix: "slotcron", WaitTimeout: 100 * time.Millisecond},
-		Lease:         LeaseConfig{TTL: 15 * time.Second, RenewEvery: 5 * time.Second},
-		Clock:         ClockConfig{WarnSkew: 250 * time.Millisecond, MaxSkew: 2 * time.Second},
-		HTTP:          HTTPConfig{Listen: ":8080"},
-		Tracing:       TracingConfig{Exporter: "none", SampleRatio: 1, ServiceName: "slotcron-worker"},
+		ReplicaID: cfg.ReplicaID,
+		Redis:     RedisConfig{Mode: "single", Addrs: []string{"127.0.0.1:6379"}, KeyPrefix: "slotcron", WaitTimeout: 100 * time.Millisecond},
+		Lease:     LeaseConfig{TTL: 15 * time.Second, RenewEvery: 5 * time.Second},
+		Clock:     ClockConfig{WarnSkew: 250 * time.Millisecond, MaxSkew: 2 * time.Second},
+		HTTP:      HTTPConfig{Listen: ":8080"},
+		Tracing:   TracingConfig{Exporter: "none", SampleRatio: 1, ServiceName: "slotcron-worker"},
+		Alerts: AlertsConfig{Events: []string{"failed", "missed", "abandoned", "lease_lost", "drift", "data_loss", "paused"},
+			SecretEnv: "SLOTCRON_WEBHOOK_SECRET", Timeout: 5 * time.Second, MaxAttempts: 10},
 		ShutdownGrace: 30 * time.Second,
 		Jobs:          []JobConfig{{Name: "lottery", Schedule: "@every 1s"}},
 	}
@@ -108,8 +110,8 @@ func TestValidationMessages(t *testing.T) {
 		{"not YAML", "jobs: [\n", []string{`config.yaml:1: config: did not find expected node content`}},
 		{"two documents", minimal + "---\njobs: []\n", []string{`config.yaml:4: config: a second YAML document; the file must hold one`}},
 		{"not a mapping", "- a\n", []string{`config.yaml:1: config: want a mapping of fields, found a list`}},
-		{"unknown field", "replicas: 3\n" + minimal, []string{`config.yaml:1: replicas: unknown field; config has replica_id, redis, lease, clock, http, tracing, shutdown_grace, jobs`}},
-		{"unknown field with a space", "' 0': 1\n" + minimal, []string{`config.yaml:1: " 0": unknown field; config has replica_id, redis, lease, clock, http, tracing, shutdown_grace, jobs`}},
+		{"unknown field", "replicas: 3\n" + minimal, []string{`config.yaml:1: replicas: unknown field; config has replica_id, redis, lease, clock, http, tracing, alerts, shutdown_grace, jobs`}},
+		{"unknown field with a space", "' 0': 1\n" + minimal, []string{`config.yaml:1: " 0": unknown field; config has replica_id, redis, lease, clock, http, tracing, alerts, shutdown_grace, jobs`}},
 		{"unknown field with a line break", "lease:\n  \"t\\nl\": 5s\n" + minimal, []string{`config.yaml:2: lease."t\nl": unknown field; lease has ttl, renew_every`}},
 		{"a list for a field name", "lease:\n  ? [ttl]\n  : 5s\n" + minimal, []string{`config.yaml:2: lease: want a field name, found a list`}},
 		{"unknown nested field", "lease:\n  tll: 5s\n" + minimal, []string{`config.yaml:2: lease.tll: unknown field; lease has ttl, renew_every`}},
@@ -127,6 +129,11 @@ func TestValidationMessages(t *testing.T) {
 		{"cluster with a db", "redis:\n  mode: cluster\n  addrs: [a:1]\n  db: 2\n" + minimal, []string{`config.yaml:4: redis.db: Redis Cluster has only database 0`}},
 		{"embedded with addresses", "redis:\n  mode: embedded\n  addrs: [a:1]\n" + minimal, []string{`config.yaml:3: redis.addrs: mode embedded runs its own in-process Redis; remove the addresses`}},
 		{"address without port", "redis:\n  addrs: [localhost]\n" + minimal, []string{`config.yaml:2: redis.addrs[0]: "localhost" is not host:port`}},
+		{"alerts: bad webhook, event and variable", "alerts:\n  webhooks: [hooks.example.com]\n  events: [failed, exploded]\n  secret_env: MY-SECRET\n  max_attempts: -1\n" + minimal, []string{
+			`config.yaml:2: alerts.webhooks[0]: "hooks.example.com" is not an http:// or https:// URL`,
+			`config.yaml:3: alerts.events[1]: "exploded" is not an event; the events are failed, missed, abandoned, lease_lost, drift, data_loss, paused`,
+			`config.yaml:4: alerts.secret_env: "MY-SECRET" is not an environment variable's name`,
+			`config.yaml:5: alerts.max_attempts: must be >= 1, got -1`}},
 		{"negative db", "redis:\n  db: -1\n" + minimal, []string{`config.yaml:2: redis.db: must be >= 0, got -1`}},
 		{"ca file without tls", "redis:\n  tls:\n    ca_file: " + ca + "\n" + minimal, []string{`config.yaml:3: redis.tls.ca_file: set, but tls.enabled is false`}},
 		{"missing ca file", "redis:\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n" + minimal, []string{`config.yaml:4: redis.tls.ca_file: stat /nonexistent/ca.pem: no such file or directory`}},

@@ -112,6 +112,7 @@ func (c *Config) validate(d *decoder) {
 	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 {
 		bad("tracing.sample_ratio", "must be within [0, 1], got %v", c.Tracing.SampleRatio)
 	}
+	c.Alerts.validate(bad)
 	if c.ShutdownGrace < 0 {
 		bad("shutdown_grace", "must be >= 0, got %v", c.ShutdownGrace)
 	}
@@ -198,4 +199,34 @@ func (c *Config) checkRegistered(d *decoder, registered []string) {
 		}
 	}
 	d.summarize()
+}
+
+// validate checks alerts: URLs, event kinds, limits.
+func (a AlertsConfig) validate(bad func(path, format string, args ...any)) {
+	for i, u := range a.Webhooks {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			bad(fmt.Sprintf("alerts.webhooks[%d]", i), "%q is not an http:// or https:// URL", u)
+		}
+	}
+	var kinds []string
+	for _, k := range scheduler.EventKinds {
+		kinds = append(kinds, string(k))
+	}
+	for i, e := range a.Events {
+		if !slices.Contains(kinds, e) {
+			bad(fmt.Sprintf("alerts.events[%d]", i), "%q is not an event; the events are %s", e, strings.Join(kinds, ", "))
+		}
+	}
+	if a.Timeout < 0 {
+		bad("alerts.timeout", "must be > 0, got %v", a.Timeout)
+	}
+	if a.MaxAttempts < 0 {
+		bad("alerts.max_attempts", "must be >= 1, got %d", a.MaxAttempts)
+	}
+	for _, c := range a.SecretEnv {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			bad("alerts.secret_env", "%q is not an environment variable's name", a.SecretEnv)
+			break
+		}
+	}
 }

@@ -287,7 +287,31 @@ func run(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *jobs.
 		log.Error("slots", "error", err)
 		return 1
 	}
-	s, err := scheduler.New(slots, reg, schedulerOptions(cfg, cfg.ReplicaID, base, tel)...)
+	opts := schedulerOptions(cfg, cfg.ReplicaID, base, tel)
+	var alerts *alerter
+	if len(cfg.Alerts.Webhooks) > 0 {
+		secret, err := webhookSecret(cfg)
+		if err != nil {
+			log.Error("alerts", "error", err)
+			return 2
+		}
+		if alerts, err = newAlerter(cfg, slots, secret, log, tel.MeterProvider); err != nil {
+			log.Error("alerts", "error", err)
+			return 1
+		}
+		actx, stopAlerts := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); alerts.loop(actx) }()
+		defer func() {
+			stopAlerts()
+			<-done
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			alerts.flush(fctx) // what the last runs reported, for another replica to send
+		}()
+		opts = append(opts, scheduler.WithEventHook(alerts.hook))
+	}
+	s, err := scheduler.New(slots, reg, opts...)
 	if err != nil {
 		log.Error("scheduler", "error", err)
 		return 1

@@ -52,6 +52,12 @@ func pause(ctx context.Context, cfg *Config, rdb redis.UniversalClient, sub, job
 		return 1
 	}
 	if changed {
+		if err := addPaused(ctx, cfg, slots, job, note, asker(), time.Now()); err != nil {
+			fmt.Fprintf(stderr, "worker pause: paused, but the alert could not be added to the outbox: %v\n", err)
+			return 1
+		}
+	}
+	if changed {
 		fmt.Fprintf(out, "paused %s: from its next slot on, every replica records its slots paused and runs none; runs in progress go on\n", job)
 	} else {
 		fmt.Fprintf(out, "%s was paused already; its note is now %q\n", job, note)

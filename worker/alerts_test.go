@@ -1,0 +1,181 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/jobs"
+)
+
+// webhookReceiver records what it is sent, checks every signature, and
+// answers 500 to the first failFirst attempts of each delivery.
+type webhookReceiver struct {
+	t         *testing.T
+	secret    []byte
+	failFirst int
+
+	mu        sync.Mutex
+	attempts  map[string]int          // by delivery ID
+	delivered map[string]alertPayload // by event ID: answered 2xx
+	twice     []string                // event IDs answered 2xx more than once
+}
+
+func (wr *webhookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	ts := r.Header.Get(HeaderTimestamp)
+	if want := Sign(wr.secret, ts, body); !hmac.Equal([]byte(want), []byte(r.Header.Get(HeaderSignature))) {
+		wr.t.Errorf("bad signature %q on %s", r.Header.Get(HeaderSignature), body)
+		http.Error(w, "bad signature", http.StatusUnauthorized)
+		return
+	}
+	var p alertPayload
+	if err := json.Unmarshal(body, &p); err != nil || r.Header.Get(HeaderEvent) != p.Event {
+		wr.t.Errorf("payload %s: %v", body, err)
+	}
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	id := r.Header.Get(HeaderDelivery)
+	wr.attempts[id]++
+	if wr.attempts[id] <= wr.failFirst {
+		http.Error(w, "try again", http.StatusInternalServerError)
+		return
+	}
+	if _, ok := wr.delivered[p.ID]; ok {
+		wr.twice = append(wr.twice, p.ID)
+	}
+	wr.delivered[p.ID] = p
+}
+
+func (wr *webhookReceiver) snapshot() (map[string]alertPayload, map[string]int, []string) {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	d, a := map[string]alertPayload{}, map[string]int{}
+	for k, v := range wr.delivered {
+		d[k] = v
+	}
+	for k, v := range wr.attempts {
+		a[k] = v
+	}
+	return d, a, append([]string(nil), wr.twice...)
+}
+
+// TestWebhooks: three workers run a job whose first three runs fail. Each
+// failure is POSTed once to each of two webhooks, signed, by the replica
+// that recorded it, although every replica has the hook; the webhook that
+// fails the first two attempts of each delivery gets it on the third. A
+// pause is sent once too. Restarted, the workers send nothing again.
+func TestWebhooks(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	rdb := srv.Client()
+	secret := "whsec-test"
+	ok := &webhookReceiver{t: t, secret: []byte(secret), attempts: map[string]int{}, delivered: map[string]alertPayload{}}
+	flaky := &webhookReceiver{t: t, secret: []byte(secret), failFirst: 2, attempts: map[string]int{}, delivered: map[string]alertPayload{}}
+	okSrv, flakySrv := httptest.NewServer(ok), httptest.NewServer(flaky)
+	defer okSrv.Close()
+	defer flakySrv.Close()
+	path := writeConfig(t, fmt.Sprintf(`redis:
+  addrs: [%q]
+  key_prefix: wh
+http:
+  listen: ""
+shutdown_grace: 2s
+alerts:
+  webhooks: [%q, %q]
+  events: [failed, paused]
+  secret_env: TEST_WEBHOOK_SECRET
+jobs:
+  - name: boom
+    schedule: "@every 1s"
+`, srv.Addr(), okSrv.URL+"/hook", flakySrv.URL+"/hook"))
+	register := func(reg *jobs.Registry, env Env) error {
+		return reg.Register("boom", func(ctx context.Context, run jobs.Run) error {
+			n, err := env.Redis.Incr(ctx, "wh:test:runs").Result()
+			if err != nil {
+				return err
+			}
+			if n <= 3 {
+				return fmt.Errorf("run %d fails", n)
+			}
+			return nil
+		})
+	}
+
+	// Without the secret, run refuses to start.
+	var errb bytes.Buffer
+	if code := Command(context.Background(), []string{"run", "-config", path}, register, io.Discard, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "TEST_WEBHOOK_SECRET (alerts.secret_env) is empty") {
+		t.Fatalf("run without the secret: exit %d: %s", code, errb.String())
+	}
+	t.Setenv("TEST_WEBHOOK_SECRET", secret)
+
+	stop := startWorkers(t, path, register, "h0", "h1", "h2")
+	waitFor(t, 30*time.Second, func() bool { n, _ := rdb.Get(context.Background(), "wh:test:runs").Int(); return n >= 5 })
+	var out, eb bytes.Buffer
+	if code := Command(context.Background(), []string{"pause", "boom", "-note", "enough", "-config", path}, register, &out, &eb); code != 0 {
+		t.Fatalf("pause: %d %s", code, eb.String())
+	}
+	// 3 failures and a pause: each on its third attempt at the flaky
+	// webhook, after backoffs of 1s and 2s.
+	waitFor(t, 30*time.Second, func() bool {
+		d1, _, _ := ok.snapshot()
+		d2, _, _ := flaky.snapshot()
+		return len(d1) >= 4 && len(d2) >= 4
+	})
+	stop()
+
+	check := func(when string) {
+		t.Helper()
+		for name, wr := range map[string]*webhookReceiver{"ok": ok, "flaky": flaky} {
+			delivered, attempts, twice := wr.snapshot()
+			if len(twice) > 0 {
+				t.Errorf("%s, webhook %s: delivered twice: %v", when, name, twice)
+			}
+			failed, paused := 0, 0
+			for id, p := range delivered {
+				switch p.Event {
+				case "failed":
+					failed++
+					if p.Job != "boom" || p.Slot == "" || p.RunID == "" || p.Attempt != 1 || !strings.Contains(p.Error, "fails") ||
+						!strings.HasPrefix(p.Replica, "h") || p.Deployment != "wh" {
+						t.Errorf("%s: payload %+v", id, p)
+					}
+				case "paused":
+					paused++
+					if p.Job != "boom" || !strings.Contains(p.Error, "enough") {
+						t.Errorf("%s: payload %+v", id, p)
+					}
+				default:
+					t.Errorf("%s: event %q was not asked for", id, p.Event)
+				}
+			}
+			if failed != 3 || paused != 1 {
+				t.Errorf("%s, webhook %s: %d failed and %d paused events, want 3 and 1: %v", when, name, failed, paused, delivered)
+			}
+			for id, n := range attempts {
+				if want := wr.failFirst + 1; n != want {
+					t.Errorf("%s, webhook %s: delivery %s had %d attempts, want %d", when, name, id, n, want)
+				}
+			}
+		}
+	}
+	check("after the run")
+
+	// Restarted (and resumed), the workers send nothing again.
+	if code := Command(context.Background(), []string{"resume", "boom", "-config", path}, register, &out, &eb); code != 0 {
+		t.Fatalf("resume: %d %s", code, eb.String())
+	}
+	startWorkers(t, path, register, "h0", "h1", "h2")
+	time.Sleep(3 * time.Second)
+	check("after a restart")
+}
