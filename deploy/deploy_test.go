@@ -14,6 +14,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ var registered = []string{"lottery"}
 const (
 	workerImage = "slotcron/worker:dev"
 	redisImage  = "slotcron/redis:7"
+	jaegerImage = "slotcron/jaeger:dev"
 	configPath  = "/etc/slotcron/config.yaml"
 	// stopMargin is what a stop takes past shutdown_grace: the cancelled
 	// jobs' records, then up to 5s to close the HTTP server and 5s to flush
@@ -78,6 +80,17 @@ func hostPort(t *testing.T, what, addr string) (string, int) {
 		t.Fatalf("%s %q: the port is not a number", what, addr)
 	}
 	return host, n
+}
+
+func lottery(t *testing.T, cfg *worker.Config) worker.JobConfig {
+	t.Helper()
+	for _, j := range cfg.Jobs {
+		if j.Name == "lottery" {
+			return j
+		}
+	}
+	t.Fatalf("no lottery job in %+v", cfg.Jobs)
+	return worker.JobConfig{}
 }
 
 // readFile reads a file of deploy/ and checks that it starts with its
@@ -403,4 +416,152 @@ func hasFlag(args []string, flag, value string) bool {
 		}
 	}
 	return false
+}
+
+// composeFile is deploy/compose.yaml, as far as these checks read it.
+type composeFile struct {
+	Services map[string]struct {
+		Image           string            `yaml:"image"`
+		Entrypoint      []string          `yaml:"entrypoint"`
+		Command         []string          `yaml:"command"`
+		Environment     map[string]string `yaml:"environment"`
+		Ports           []string          `yaml:"ports"`
+		Volumes         []string          `yaml:"volumes"`
+		DependsOn       []string          `yaml:"depends_on"`
+		StopGracePeriod string            `yaml:"stop_grace_period"`
+	} `yaml:"services"`
+	Volumes map[string]any `yaml:"volumes"`
+}
+
+// published parses "host:container" port mappings.
+func published(t *testing.T, service string, ports []string) map[int]int {
+	t.Helper()
+	out := map[int]int{}
+	for _, p := range ports {
+		host, ctr, ok := strings.Cut(p, ":")
+		h, err1 := strconv.Atoi(host)
+		c, err2 := strconv.Atoi(ctr)
+		if !ok || err1 != nil || err2 != nil {
+			t.Fatalf("compose.yaml: %s: port %q is not HOST:CONTAINER", service, p)
+		}
+		out[h] = c
+	}
+	return out
+}
+
+// TestDeployCompose: deploy/compose/worker.yaml is a config the worker
+// loads, and compose.yaml runs three workers on it against its Redis and
+// Jaeger.
+func TestDeployCompose(t *testing.T) {
+	const cfgName = "compose/worker.yaml"
+	cfg := loadConfig(t, cfgName, readFile(t, cfgName))
+	port := listenPort(t, cfg)
+	var f composeFile
+	if err := yaml.Unmarshal(readFile(t, "compose.yaml"), &f); err != nil {
+		t.Fatalf("compose.yaml: %v", err)
+	}
+	byImage := map[string][]string{}
+	for name, s := range f.Services {
+		byImage[s.Image] = append(byImage[s.Image], name)
+	}
+	for _, names := range byImage {
+		slices.Sort(names)
+	}
+
+	// Redis: the service redis.addrs names, with an append-only file on a volume.
+	if len(byImage[redisImage]) != 1 {
+		t.Fatalf("compose.yaml: want one service of %s, found %q", redisImage, byImage[redisImage])
+	}
+	redisSvc := byImage[redisImage][0]
+	if len(cfg.Redis.Addrs) != 1 {
+		t.Fatalf("%s: redis.addrs %q, want one", cfgName, cfg.Redis.Addrs)
+	}
+	if host, rport := hostPort(t, "redis.addrs[0]", cfg.Redis.Addrs[0]); host != redisSvc || rport != 6379 {
+		t.Errorf("%s: redis.addrs %q, want %s:6379 (the compose service)", cfgName, cfg.Redis.Addrs[0], redisSvc)
+	}
+	rs := f.Services[redisSvc]
+	if !hasFlag(slices.Concat(rs.Entrypoint, rs.Command), "--appendonly", "yes") {
+		t.Errorf("compose.yaml: %s runs without --appendonly yes: %q %q", redisSvc, rs.Entrypoint, rs.Command)
+	}
+	if !slices.ContainsFunc(rs.Volumes, func(v string) bool {
+		vol, _, _ := strings.Cut(v, ":")
+		_, declared := f.Volumes[vol]
+		return declared && strings.HasPrefix(v, vol+":/data")
+	}) || !hasFlag(slices.Concat(rs.Entrypoint, rs.Command), "--dir", "/data") {
+		t.Errorf("compose.yaml: %s keeps its data (--dir /data) off a named volume at /data: %q", redisSvc, rs.Volumes)
+	}
+
+	// Jaeger: the tracing endpoint's host, its UI where tracing.ui_url points.
+	if len(byImage[jaegerImage]) != 1 {
+		t.Fatalf("compose.yaml: want one service of %s, found %q", jaegerImage, byImage[jaegerImage])
+	}
+	jaegerSvc := byImage[jaegerImage][0]
+	jports := published(t, jaegerSvc, f.Services[jaegerSvc].Ports)
+	for _, p := range []int{16686, 4317, 4318} {
+		if jports[p] != p {
+			t.Errorf("compose.yaml: %s does not publish %d:%d (%q)", jaegerSvc, p, p, f.Services[jaegerSvc].Ports)
+		}
+	}
+	if cfg.Tracing.Exporter != worker.ExporterOTLPGRPC {
+		t.Errorf("%s: tracing.exporter %s, want %s", cfgName, cfg.Tracing.Exporter, worker.ExporterOTLPGRPC)
+	}
+	if host, tport := hostPort(t, "tracing.endpoint", cfg.Tracing.Endpoint); host != jaegerSvc || tport != 4317 {
+		t.Errorf("%s: tracing.endpoint %q, want %s:4317", cfgName, cfg.Tracing.Endpoint, jaegerSvc)
+	}
+	if want := fmt.Sprintf("http://localhost:%d", 16686); strings.TrimSuffix(cfg.Tracing.UIURL, "/") != want {
+		t.Errorf("%s: tracing.ui_url %q, want %s (Jaeger's UI as published)", cfgName, cfg.Tracing.UIURL, want)
+	}
+
+	// The lottery, every second.
+	if s := lottery(t, cfg).Schedule; s != "@every 1s" {
+		t.Errorf("%s: the lottery's schedule is %q, want @every 1s", cfgName, s)
+	}
+
+	// Three workers on that config, each with its own ID and host port.
+	workers := byImage[workerImage]
+	if len(workers) != 3 {
+		t.Fatalf("compose.yaml: want 3 services of %s, found %q", workerImage, workers)
+	}
+	ids := map[string]string{}
+	hostPorts := map[int]string{}
+	for _, name := range workers {
+		s := f.Services[name]
+		id := s.Environment[worker.ReplicaIDEnv]
+		if id == "" {
+			t.Errorf("compose.yaml: %s sets no %s", name, worker.ReplicaIDEnv)
+		} else if other, dup := ids[id]; dup {
+			t.Errorf("compose.yaml: %s and %s share %s=%s", other, name, worker.ReplicaIDEnv, id)
+		}
+		ids[id] = name
+		if len(s.Entrypoint) > 0 || !slices.Equal(s.Command, workerArgs) {
+			t.Errorf("compose.yaml: %s: entrypoint %q command %q, want the image's entrypoint with %q", name, s.Entrypoint, s.Command, workerArgs)
+		}
+		if want := "./" + cfgName + ":" + configPath + ":ro"; !slices.Contains(s.Volumes, want) {
+			t.Errorf("compose.yaml: %s does not mount %s (%q)", name, want, s.Volumes)
+		}
+		ports := published(t, name, s.Ports)
+		if len(ports) != 1 {
+			t.Errorf("compose.yaml: %s publishes %q, want one port", name, s.Ports)
+		}
+		for h, c := range ports {
+			if c != port {
+				t.Errorf("compose.yaml: %s publishes %d:%d, but the worker listens on %d", name, h, c, port)
+			}
+			if other, dup := hostPorts[h]; dup {
+				t.Errorf("compose.yaml: %s and %s both publish host port %d", other, name, h)
+			}
+			hostPorts[h] = name
+		}
+		if !slices.Contains(s.DependsOn, redisSvc) {
+			t.Errorf("compose.yaml: %s does not depend on %s (%q)", name, redisSvc, s.DependsOn)
+		}
+		if g, err := time.ParseDuration(s.StopGracePeriod); err != nil || g < cfg.ShutdownGrace+stopMargin {
+			t.Errorf("compose.yaml: %s: stop_grace_period %q, want at least shutdown_grace %v + %v", name, s.StopGracePeriod, cfg.ShutdownGrace, stopMargin)
+		}
+	}
+	for _, p := range []int{8081, 8082, 8083} {
+		if _, ok := hostPorts[p]; !ok {
+			t.Errorf("compose.yaml: no worker publishes host port %d (%v)", p, hostPorts)
+		}
+	}
 }
