@@ -34,13 +34,14 @@ var dashboardPath = filepath.Join("..", "deploy", "grafana", "slotcron.json")
 // slotcron_ metric it serves has a panel. A worker (Command run, with its
 // real telemetry and HTTP handler) runs a job on a Redis of its own, and the
 // test makes each instrument report by causing its event:
-//   - runs of 600ms with a 1s lease (TTL/3 renewals): claims, dispatch delay,
+//   - runs of 800ms with a 2s lease (TTL/3 renewals): claims, dispatch delay,
 //     job duration, lease renewals; clock offset and table disagreements are
 //     recorded at start and at each heartbeat;
 //   - redis.wait_replicas: 1 on a Redis without replicas: unreplicated claims
 //     and final records;
 //   - one run deletes its own slot record, as Redis losing it would: the next
-//     renewal finds it gone (lease lost, data loss);
+//     renewal finds it gone (lease lost, data loss; if that renewal is late
+//     enough for the lease to run out first, the run's finish finds it gone);
 //   - another instance heartbeats under the worker's replica ID (slotstore's
 //     Heartbeat, as a second process would): a duplicate replica ID;
 //   - the job is paused: claims with outcome paused;
@@ -62,7 +63,7 @@ func TestDeployGrafanaDashboard(t *testing.T) {
   wait_replicas: 1
   wait_timeout: 20ms
 lease:
-  ttl: 1s
+  ttl: 2s
 clock:
   max_skew: 500ms
 http:
@@ -90,7 +91,7 @@ jobs:
 				}
 			}
 			select {
-			case <-time.After(600 * time.Millisecond):
+			case <-time.After(800 * time.Millisecond):
 				return nil
 			case <-ctx.Done():
 				return context.Cause(ctx)
@@ -100,7 +101,7 @@ jobs:
 	t.Setenv(HTTPListenEnv, listen)
 	t.Setenv(ReplicaIDEnv, "gf-0")
 	log, stop := runWorker(t, path, register)
-	waitFor(t, 30*time.Second, func() bool { return strings.Contains(log.String(), `"msg":"job finished`) })
+	waitLog(t, log, `"msg":"job finished`)
 	stop()
 	// Slots older than max_skew at the next start are caught up: the latest
 	// runs, the others are recorded missed.
@@ -118,10 +119,10 @@ jobs:
 		`slot won, but fewer replicas acknowledged the claim`,
 		`job finished, but fewer replicas acknowledged its record`,
 		`lease lost: the job's context is cancelled`,
-		`Redis lost data: a running slot's record is gone`,
+		`"msg":"Redis lost data: a `,
 		`another live process now uses this replica's ID`,
 	} {
-		waitFor(t, 30*time.Second, func() bool { return strings.Contains(log.String(), line) })
+		waitLog(t, log, line)
 	}
 	store, err := slotstore.New(srv.Client(), prefix)
 	if err != nil {
@@ -130,7 +131,7 @@ jobs:
 	if _, err := store.Pause(context.Background(), "tick", "dashboard test", "test"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, func() bool { return strings.Contains(log.String(), `slot recorded paused: the job is paused`) })
+	waitLog(t, log, `slot recorded paused: the job is paused`)
 
 	families := scrape(t, "http://"+listen+"/metrics")
 	shown := map[string]bool{} // the families the dashboard's queries read
@@ -266,8 +267,20 @@ func runWorker(t *testing.T, path string, register Registrar) (log *syncBuffer, 
 		})
 	}
 	t.Cleanup(stop)
-	waitFor(t, 30*time.Second, func() bool { return strings.Contains(log.String(), `"msg":"scheduler started"`) })
+	waitLog(t, log, `"msg":"scheduler started"`)
 	return log, stop
+}
+
+// waitLog waits until log holds line; after 30s it fails the test, showing
+// the log.
+func waitLog(t *testing.T, log *syncBuffer, line string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(log.String(), line); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker did not log %q within 30s; its log:\n%s", line, log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // impostor publishes a second live instance under replica id in the
