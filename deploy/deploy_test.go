@@ -363,6 +363,10 @@ func TestDeployKubernetes(t *testing.T) {
 	if !hasFlag(slices.Concat(rc.Command, rc.Args), "--appendonly", "yes") {
 		t.Errorf("%s: redis-server runs without --appendonly yes: %q %q", redisName, rc.Command, rc.Args)
 	}
+	// No config file, no password: protected mode would refuse the workers.
+	if !hasFlag(slices.Concat(rc.Command, rc.Args), "--protected-mode", "no") {
+		t.Errorf("%s: redis-server runs without --protected-mode no, so it refuses clients that are not loopback: %q %q", redisName, rc.Command, rc.Args)
+	}
 }
 
 // show prints an optional field: its value, or "unset".
@@ -482,6 +486,9 @@ func TestDeployCompose(t *testing.T) {
 	rs := f.Services[redisSvc]
 	if !hasFlag(slices.Concat(rs.Entrypoint, rs.Command), "--appendonly", "yes") {
 		t.Errorf("compose.yaml: %s runs without --appendonly yes: %q %q", redisSvc, rs.Entrypoint, rs.Command)
+	}
+	if !hasFlag(slices.Concat(rs.Entrypoint, rs.Command), "--protected-mode", "no") {
+		t.Errorf("compose.yaml: %s runs without --protected-mode no, so it refuses the workers: %q %q", redisSvc, rs.Entrypoint, rs.Command)
 	}
 	if !slices.ContainsFunc(rs.Volumes, func(v string) bool {
 		vol, _, _ := strings.Cut(v, ":")
