@@ -93,10 +93,11 @@ func (s *Store) TakeDelivery(ctx context.Context, id, sender string, hold time.D
 }
 
 // DeliveryDone settles an attempt that sender made: Delivered and Failed
-// for good; Retry after wait. It reports false when sender no longer held
+// for good; Retry after wait, by sender alone until hold past that (then by
+// anyone: sender may be gone). It reports false when sender no longer held
 // the delivery.
-func (s *Store) DeliveryDone(ctx context.Context, id, sender string, result DeliveryResult, wait time.Duration, errText string) (bool, error) {
-	n, err := s.outbox(ctx, id, "done", sender, string(result), wait.Milliseconds(), errText).Int()
+func (s *Store) DeliveryDone(ctx context.Context, id, sender string, result DeliveryResult, wait, hold time.Duration, errText string) (bool, error) {
+	n, err := s.outbox(ctx, id, "done", sender, string(result), wait.Milliseconds(), errText, hold.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("slotstore: settling alert delivery %s: %w", id, err)
 	}

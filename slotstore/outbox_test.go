@@ -30,18 +30,21 @@ func TestOutbox(t *testing.T) {
 	if err != nil || !ok || d.Payload != `{"x":1}` || d.URL != "http://h/1" || d.Attempts != 0 {
 		t.Fatalf("take: %+v %v %v", d, ok, err)
 	}
-	if ok, _ := s.DeliveryDone(ctx, "d1", "a", slotstore.Retry, 0, "503"); !ok {
+	if ok, _ := s.DeliveryDone(ctx, "d1", "a", slotstore.Retry, 0, 100*time.Millisecond, "503"); !ok {
 		t.Fatal("retry not recorded")
+	}
+	if _, ok, _ := s.TakeDelivery(ctx, "d1", "b", time.Minute); ok {
+		t.Fatal("b took a's retry while a holds it")
 	}
 	time.Sleep(150 * time.Millisecond) // a's hold lapses: a died, say
 	d, ok, _ = s.TakeDelivery(ctx, "d1", "b", time.Minute)
 	if !ok || d.Attempts != 1 {
 		t.Fatalf("b could not take the lapsed delivery: %+v %v", d, ok)
 	}
-	if ok, _ := s.DeliveryDone(ctx, "d1", "a", slotstore.Delivered, 0, ""); ok {
+	if ok, _ := s.DeliveryDone(ctx, "d1", "a", slotstore.Delivered, 0, 0, ""); ok {
 		t.Fatal("a settled a delivery b holds")
 	}
-	if ok, _ := s.DeliveryDone(ctx, "d1", "b", slotstore.Delivered, 0, ""); !ok {
+	if ok, _ := s.DeliveryDone(ctx, "d1", "b", slotstore.Delivered, 0, 0, ""); !ok {
 		t.Fatal("b could not settle")
 	}
 	if _, ok, _ := s.TakeDelivery(ctx, "d1", "b", time.Minute); ok {

@@ -242,7 +242,7 @@ func (a *alerter) send(ctx context.Context, d slotstore.Delivery) {
 	a.count(p.Event, string(result))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if ok, err := a.store.DeliveryDone(sctx, d.ID, a.self, result, wait, text); err != nil || !ok {
+	if ok, err := a.store.DeliveryDone(sctx, d.ID, a.self, result, wait, alertHold, text); err != nil || !ok {
 		a.log.Warn("cannot record an alert delivery's outcome; it may be sent again", "id", p.ID, "held", ok, "error", err)
 	}
 }

@@ -17,7 +17,9 @@
 -- ARGV[5]  add: how long the delivery is kept, ms; done "retry": the wait
 --          before the next attempt, ms
 -- ARGV[6]  add: the webhook's URL; done: the error ("" for none)
--- ARGV[7]  add: how long only the caller may take it, ms (0: anyone, now)
+-- ARGV[7]  add: how long only the caller may take it, ms (0: anyone, now);
+--          done "retry": how long past the next attempt's time only the
+--          caller may take it (another takes over if it is gone)
 --
 -- Returns
 --   add:  1 added; 0 it exists already (added by another replica, or before)
@@ -59,7 +61,7 @@ end
 local result = ARGV[4]
 if result == 'retry' then
   local due = now + tonumber(ARGV[5])
-  redis.call('HSET', KEYS[1], 'attempts', tonumber(d[6]) + 1, 'until', due, 'error', ARGV[6])
+  redis.call('HSET', KEYS[1], 'attempts', tonumber(d[6]) + 1, 'until', due + tonumber(ARGV[7]), 'error', ARGV[6])
   redis.call('ZADD', KEYS[2], due, id)
   return 1
 end
