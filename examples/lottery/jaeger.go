@@ -90,7 +90,8 @@ func summarize(tr jaegerTrace) []string {
 	}
 	var out []string
 	for _, sp := range spans {
-		if sp.OperationName != "slot" {
+		// A scheduled slot's root span: "slot won", "slot lost"...
+		if !strings.HasPrefix(sp.OperationName, "slot ") || len(sp.References) > 0 {
 			continue
 		}
 		tags := map[string]string{}

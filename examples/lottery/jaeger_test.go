@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // TestSummarizeRealJaegerTrace reads a trace as a real Jaeger (v2, built
-// from v1.76.0) returned it for one slot of the demo, 3 replicas.
+// from v1.76.0) returned it for one slot of the demo, 3 replicas. Each
+// replica's root span is named after its outcome, the name Jaeger's timeline
+// shows on the span's row.
 func TestSummarizeRealJaegerTrace(t *testing.T) {
 	raw, err := os.ReadFile("testdata/jaeger-trace.json")
 	if err != nil {
@@ -23,6 +26,16 @@ func TestSummarizeRealJaegerTrace(t *testing.T) {
 	want := "replica-1 won (job.run, lock.claim, lock.finish) · replica-2 lost to replica-1 (lock.claim) · replica-3 lost to replica-1 (lock.claim)"
 	if got != want {
 		t.Fatalf("summary:\n got  %s\n want %s", got, want)
+	}
+	var roots []string
+	for _, sp := range tr.Data[0].Spans {
+		if len(sp.References) == 0 {
+			roots = append(roots, sp.OperationName)
+		}
+	}
+	slices.Sort(roots)
+	if got, want := strings.Join(roots, ", "), "slot lost, slot lost, slot won"; got != want {
+		t.Fatalf("root spans named %s, want %s", got, want)
 	}
 }
 
