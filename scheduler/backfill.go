@@ -174,9 +174,9 @@ func (s *Scheduler) oneShot(ctx context.Context, what string, j *jobState, n, pa
 // if it wins. It returns the outcome, and how long to wait before trying
 // again when a run holds the job.
 func (r *runner) claimOne(ctx context.Context, j *jobState, c slot.Claim, out *BackfillSlot) (slot.Outcome, time.Duration) {
-	name := "slot.backfill"
+	name := kindBackfill
 	if c.Kind == slot.ClaimManual {
-		name = "slot.manual"
+		name = kindManual
 	}
 	for tries := 0; ; tries++ {
 		st := r.s.tel.beginSlot(ctx, name, c)

@@ -140,7 +140,7 @@ func (r *runner) refuse(now time.Time, batch []*pending, offset time.Duration) {
 				"slotcron.job", p.job.Name, "slotcron.slot", p.claim.Slot.UTC().Format(time.RFC3339),
 				"slotcron.outcome", outcomeRefused, "offset", offset.String(), "max_skew", r.s.cfg.maxSkew.String())
 			r.s.tel.claimed(p.job.Name, outcomeRefused)
-			r.s.tel.beginSlot(context.Background(), "slot", p.claim).end(ending{outcome: outcomeRefused})
+			r.s.tel.beginSlot(context.Background(), kindSlot, p.claim).end(ending{outcome: outcomeRefused})
 			c := r.claim(slot.ClaimExpire, p.job, p.claim.Slot)
 			c.Deadline = p.claim.Deadline
 			c.Reason = fmt.Sprintf("no replica claimed the slot; %s refused: its clock is off Redis's by %v, more than max_skew %v",
@@ -166,11 +166,11 @@ func (r *runner) send(ctx context.Context, batch []*pending) {
 	traces := r.s.tel.beginSlots(ctx, len(batch), func(i int) (string, slot.Claim) {
 		switch batch[i].claim.Kind {
 		case slot.ClaimTakeover:
-			return "slot.watch", batch[i].claim
+			return kindWatch, batch[i].claim
 		case slot.ClaimManual:
-			return "slot.manual", batch[i].claim
+			return kindManual, batch[i].claim
 		}
-		return "slot", batch[i].claim
+		return kindSlot, batch[i].claim
 	})
 	claiming(traces)
 	cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)

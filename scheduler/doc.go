@@ -88,10 +88,18 @@
 //
 // # Observability
 //
-// Each replica traces each slot it considers in a span named "slot", with
-// the attributes slotcron.job, slotcron.slot, slotcron.replica,
-// slotcron.outcome, slotcron.holder, slotcron.fence and slotcron.attempt, and
-// the children lock.claim, job.run (with lease.renewed and lease.lost events)
+// Each replica traces each slot it considers in a root span whose name ends
+// as its kind and this replica's outcome: "slot won", "slot lost",
+// "slot skipped", "slot missed", "slot paused", "slot error",
+// "slot refused_skew" and so on; "slot.watch alive" for a check on a running
+// slot whose owner may be gone; "slot.manual won" for a manual slot;
+// "slot.backfill won" for Backfill. The span starts as its kind alone ("slot"),
+// which is the name a sampler sees. An outcome this version does not know
+// ends it as "<kind> unknown". The names are a small fixed set, so a trace
+// viewer's timeline reads each replica's outcome on its row; the replica and
+// the holder are attributes: slotcron.job, slotcron.slot, slotcron.replica,
+// slotcron.outcome, slotcron.holder, slotcron.fence and slotcron.attempt. Its
+// children are lock.claim, job.run (with lease.renewed and lease.lost events)
 // and lock.finish. With NewIDGenerator in the SDK, the trace ID is derived
 // from the key prefix, the job and the slot (SlotTraceID), so every replica's
 // spans for a slot share one trace. Metrics: slotcron.claims,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -100,8 +101,10 @@ func (s *scripted) Finish(_ context.Context, reqs []slot.FinishRequest) []error 
 // TestEverySpanEnds runs a replica whose claims get every outcome there is,
 // one job per outcome, beside a replica whose clock is off (refused) and one
 // whose batches are refused as invalid, and asserts that every span the
-// scheduler started has ended once they stop, and that every outcome was on a
-// root span.
+// scheduler started has ended once they stop, that every outcome was on a
+// root span, and that each root span is named after its kind and its outcome
+// ("slot won", "slot lost", "slot skipped", "slot missed"...), one of a fixed
+// few names.
 func TestEverySpanEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		spans := tracetest.NewSpanRecorder()
@@ -148,14 +151,34 @@ func TestEverySpanEnds(t *testing.T) {
 
 		ended := map[[8]byte]bool{}
 		outcomes := map[string]bool{}
+		rootNames := map[string]int{}
 		for _, s := range spans.Ended() {
 			ended[s.SpanContext().SpanID()] = true
-			if s.Name() == "slot" || s.Name() == "slot.watch" {
-				for _, a := range s.Attributes() {
-					if a.Key == "slotcron.outcome" {
-						outcomes[a.Value.AsString()] = true
-					}
+			if s.Parent().IsValid() {
+				continue
+			}
+			outcome := ""
+			for _, a := range s.Attributes() {
+				if a.Key == "slotcron.outcome" {
+					outcome = a.Value.AsString()
 				}
+			}
+			outcomes[outcome] = true
+			rootNames[s.Name()]++
+			kind, named, _ := strings.Cut(s.Name(), " ")
+			if (kind != "slot" && kind != "slot.watch") || named != outcome {
+				t.Errorf("root span %q with slotcron.outcome %q: want \"slot %[2]s\" or \"slot.watch %[2]s\"", s.Name(), outcome)
+			}
+		}
+		for name := range rootNames {
+			if !scheduler.RootSpanNames[name] {
+				t.Errorf("root span named %q: not one of the %d names", name, len(scheduler.RootSpanNames))
+			}
+		}
+		for _, want := range []string{"slot won", "slot lost", "slot skipped", "slot missed", "slot paused",
+			"slot busy", "slot early", "slot error", "slot refused_skew", "slot.watch alive"} {
+			if rootNames[want] == 0 {
+				t.Errorf("no root span named %q; got %v", want, rootNames)
 			}
 		}
 		started := spans.Started()
@@ -172,6 +195,6 @@ func TestEverySpanEnds(t *testing.T) {
 				t.Errorf("no slot span ended with outcome %q; got %v", want, outcomes)
 			}
 		}
-		t.Logf("%d spans started, all ended; outcomes seen: %d", len(started), len(outcomes))
+		t.Logf("%d spans started, all ended; outcomes seen: %d; root span names: %v", len(started), len(outcomes), rootNames)
 	})
 }

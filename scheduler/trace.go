@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -18,14 +19,42 @@ var (
 	clientSpanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 )
 
+// The kinds of a slot's root span. It starts named after its kind and ends
+// named "<kind> <outcome>" (rootName): "slot won", "slot lost",
+// "slot.watch alive". Jaeger's timeline shows a span's service and name on
+// its row, so each replica's row reads what happened to it without expanding
+// the span. Which replica it is, and who holds the slot, stay attributes
+// (slotcron.replica, slotcron.holder): OpenTelemetry asks for span names of
+// low cardinality, and replica IDs are not (hostname-pid by default).
+const (
+	kindSlot     = "slot"          // a scheduled slot: live, catch-up or expire claims
+	kindWatch    = "slot.watch"    // a check on a running slot whose owner may be gone
+	kindManual   = "slot.manual"   // a manual slot (Trigger, RunManual)
+	kindBackfill = "slot.backfill" // a slot that Backfill claims
+)
+
+// outcomeUnknown names a root span whose outcome this version does not know;
+// its slotcron.outcome attribute still holds the outcome.
+const outcomeUnknown = "unknown"
+
+// rootName is the name a root span of kind ends with: kind and outcome, from
+// a fixed set of names, whatever the store answers.
+func rootName(kind, outcome string) string {
+	if outcome != outcomeError && outcome != outcomeRefused && !slices.Contains(slot.Outcomes, slot.Outcome(outcome)) {
+		outcome = outcomeUnknown
+	}
+	return kind + " " + outcome
+}
+
 // slotTrace is this replica's telemetry of one slot, carried from its claim
-// to its end: the root span ("slot", or "slot.watch" for a check on a running
-// slot), the lock.claim span of its claim and, for a won slot, the job.run and
-// lock.finish spans. end is the only way to close it, and it ends every span
-// that is still open, so no branch can leak one.
+// to its end: the root span (one of the kinds above, renamed with the outcome
+// at its end), the lock.claim span of its claim and, for a won slot, the
+// job.run and lock.finish spans. end is the only way to close it, and it ends
+// every span that is still open, so no branch can leak one.
 type slotTrace struct {
 	tel   *telemetry
 	job   string
+	kind  string          // the root span's kind
 	ctx   context.Context // carries the root span: the parent of every other
 	span  trace.Span
 	claim trace.Span // lock.claim until the answer; nil before and after
@@ -47,28 +76,28 @@ type ending struct {
 // has no trace ID, no SDK is installed (the global provider's default, or a
 // no-op provider), so every span would be a no-op: the others share a trace
 // that starts no span at all.
-func (t *telemetry) beginSlots(ctx context.Context, n int, at func(i int) (name string, c slot.Claim)) []*slotTrace {
+func (t *telemetry) beginSlots(ctx context.Context, n int, at func(i int) (kind string, c slot.Claim)) []*slotTrace {
 	out := make([]*slotTrace, n)
 	for i := range n {
-		name, c := at(i)
+		kind, c := at(i)
 		if i > 0 && !out[0].span.SpanContext().IsValid() {
-			out[i] = &slotTrace{tel: t, job: c.Job, ctx: ctx, span: noSpan}
+			out[i] = &slotTrace{tel: t, job: c.Job, kind: kind, ctx: ctx, span: noSpan}
 			continue
 		}
-		out[i] = t.beginSlot(ctx, name, c)
+		out[i] = t.beginSlot(ctx, kind, c)
 	}
 	return out
 }
 
 // beginSlot starts the trace of c's slot, in the slot's own trace ID (see
-// IDGenerator).
-func (t *telemetry) beginSlot(ctx context.Context, name string, c slot.Claim) *slotTrace {
+// IDGenerator), with a root span of kind.
+func (t *telemetry) beginSlot(ctx context.Context, kind string, c slot.Claim) *slotTrace {
 	ref := slotRef{prefix: t.prefix, job: c.Job, slot: c.Slot}
 	if c.Manual != nil {
 		ref.manual = c.Manual.ID
 	}
 	ctx = context.WithValue(ctx, slotTraceKey{}, ref)
-	ctx, span := t.tracer.Start(ctx, name, slotSpanStart...)
+	ctx, span := t.tracer.Start(ctx, kind, slotSpanStart...)
 	if span.IsRecording() {
 		span.SetAttributes(attrJob.String(c.Job), attrSlot.String(c.Slot.UTC().Format(time.RFC3339)), attrReplica.String(t.replica))
 		if c.Manual != nil {
@@ -78,7 +107,7 @@ func (t *telemetry) beginSlot(ctx context.Context, name string, c slot.Claim) *s
 			}
 		}
 	}
-	return &slotTrace{tel: t, job: c.Job, ctx: ctx, span: span}
+	return &slotTrace{tel: t, job: c.Job, kind: kind, ctx: ctx, span: span}
 }
 
 // claiming starts the lock.claim span of each trace: one round trip serves
@@ -179,7 +208,8 @@ func (st *slotTrace) lost(cause error) {
 	trace.SpanFromContext(st.runCtx).AddEvent("lease.lost", trace.WithAttributes(attribute.String("slotcron.cause", cause.Error())))
 }
 
-// end ends the trace: any span still open, then the root span with e.
+// end ends the trace: any span still open, then the root span with e, named
+// after its kind and e's outcome.
 func (st *slotTrace) end(e ending) {
 	if st.claim != nil {
 		st.answered(slot.Result{Err: e.err}, nil)
@@ -194,6 +224,7 @@ func (st *slotTrace) end(e ending) {
 		span.End()
 		return
 	}
+	span.SetName(rootName(st.kind, e.outcome))
 	span.SetAttributes(attrOutcome.String(e.outcome))
 	if e.holder != "" {
 		span.SetAttributes(attrHolder.String(e.holder))

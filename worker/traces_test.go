@@ -157,11 +157,17 @@ func (g *group) stop(t *testing.T) {
 	}
 }
 
-// slotSpans groups the collected "slot" spans by slot.
+// isSlotSpan reports whether s is the root span of a scheduled slot: named
+// "slot <outcome>" ("slot won", "slot lost"...), with no parent.
+func isSlotSpan(s *tracepb.Span) bool {
+	return strings.HasPrefix(s.Name, "slot ") && len(s.ParentSpanId) == 0
+}
+
+// slotSpans groups the collected slot spans by slot.
 func slotSpans(spans []received) map[string][]received {
 	out := map[string][]received{}
 	for _, r := range spans {
-		if r.span.Name == "slot" {
+		if isSlotSpan(r.span) {
 			slot := attr(r.span.Attributes, "slotcron.slot")
 			out[slot] = append(out[slot], r)
 		}
@@ -172,7 +178,7 @@ func slotSpans(spans []received) map[string][]received {
 // TestTracesAcrossReplicas runs two groups of 3 replicas side by side, each
 // exporting over OTLP/gRPC to its own in-process collector. With every slot
 // sampled, each slot must be one trace holding all 3 replicas' slot spans,
-// one won and two lost naming the winner. With half sampled, each slot must
+// one "slot won" and two "slot lost" naming the winner. With half sampled, each slot must
 // be exported by all 3 replicas or by none, as the trace-ID sampler decides.
 func TestTracesAcrossReplicas(t *testing.T) {
 	srv := redistest.StartOwned(t)
@@ -216,6 +222,9 @@ func TestTracesAcrossReplicas(t *testing.T) {
 				}
 				replicas[r.instance] = true
 				spanIDs[hex.EncodeToString(r.span.SpanId)] = true
+				if o := attr(r.span.Attributes, "slotcron.outcome"); r.span.Name != "slot "+o {
+					t.Errorf("slot %s: replica %s's slot span is named %q, with slotcron.outcome %q", slot.Format(time.TimeOnly), r.instance, r.span.Name, o)
+				}
 				switch attr(r.span.Attributes, "slotcron.outcome") {
 				case "won":
 					winner = r.instance
@@ -239,7 +248,7 @@ func TestTracesAcrossReplicas(t *testing.T) {
 		renewed := 0
 		for _, r := range spans {
 			parent := byID[hex.EncodeToString(r.span.ParentSpanId)]
-			if parent.span == nil || parent.span.Name != "slot" {
+			if parent.span == nil || !isSlotSpan(parent.span) {
 				continue
 			}
 			o := attr(parent.span.Attributes, "slotcron.outcome")

@@ -25,12 +25,15 @@ type jaegerTrace struct {
 			References    []struct {
 				SpanID string `json:"spanID"`
 			} `json:"references"`
-			Tags []struct {
-				Key   string `json:"key"`
-				Value any    `json:"value"`
-			} `json:"tags"`
+			Tags []jaegerTag `json:"tags"`
 		} `json:"spans"`
 	} `json:"data"`
+}
+
+// jaegerTag is one of a span's attributes, as Jaeger's API gives it.
+type jaegerTag struct {
+	Key   string `json:"key"`
+	Value any    `json:"value"`
 }
 
 // jaegerUI guesses the UI's address from the OTLP one: same host, port 16686.
@@ -40,6 +43,15 @@ func jaegerUI(otlp string) string {
 		host = otlp
 	}
 	return "http://" + net.JoinHostPort(host, "16686")
+}
+
+// traceLink is the UI's page of one slot's trace, with each replica's root
+// span open. The UI opens the spans that match its Find box (uiFind) and
+// folds the others; only root spans carry slotcron.job. So each replica's
+// row reads its outcome (the span's name), and under it, its replica
+// (service.instance.id) and the holder (slotcron.holder).
+func traceLink(ui, id string) string {
+	return ui + "/trace/" + id + "?uiFind=slotcron.job"
 }
 
 // showTraces reads each slot's trace back from Jaeger, as its UI does, and
@@ -72,7 +84,7 @@ func showTraces(ctx context.Context, ui string, slots []time.Time) bool {
 		if len(spans) == 0 {
 			spans = []string{"no spans (sampled out, or not exported yet)"}
 		}
-		fmt.Printf("%s  trace %s  %s\n          %s/trace/%s\n", s.Format(time.TimeOnly), id, strings.Join(spans, " · "), ui, id)
+		fmt.Printf("%s  trace %s  %s\n          %s\n", s.Format(time.TimeOnly), id, strings.Join(spans, " · "), traceLink(ui, id))
 	}
 	return true
 }
@@ -90,7 +102,8 @@ func summarize(tr jaegerTrace) []string {
 	}
 	var out []string
 	for _, sp := range spans {
-		if sp.OperationName != "slot" {
+		// A scheduled slot's root span: "slot won", "slot lost"...
+		if !strings.HasPrefix(sp.OperationName, "slot ") || len(sp.References) > 0 {
 			continue
 		}
 		tags := map[string]string{}

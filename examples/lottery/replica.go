@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,8 +36,9 @@ type report struct {
 	Fence   int64  `json:"fence,omitempty"`
 }
 
-// reporter is a span processor that turns each finished "slot" span into a
-// report line: the same facts Jaeger shows, read in-process.
+// reporter is a span processor that turns each finished slot span (the root
+// span of a scheduled slot, named "slot won", "slot lost"...) into a report
+// line: the same facts Jaeger shows, read in-process.
 type reporter struct {
 	mu  sync.Mutex
 	enc *json.Encoder
@@ -48,7 +50,7 @@ func (r *reporter) Shutdown(context.Context) error                  { return nil
 func (r *reporter) ForceFlush(context.Context) error                { return nil }
 
 func (r *reporter) OnEnd(s sdktrace.ReadOnlySpan) {
-	if s.Name() != "slot" {
+	if !strings.HasPrefix(s.Name(), "slot ") || s.Parent().IsValid() {
 		return
 	}
 	rep := report{Event: "slot", Replica: r.id}
