@@ -14,7 +14,7 @@ import (
 	"github.com/slotcron/slotcron/slotstore"
 )
 
-//go:embed dashboard/index.html dashboard/style.css
+//go:embed dashboard/index.html dashboard/style.css dashboard/admin.js
 var dashboardFiles embed.FS
 
 var (
@@ -23,29 +23,35 @@ var (
 		b, _ := dashboardFiles.ReadFile("dashboard/style.css")
 		return template.CSS(b)
 	}()
+	dashboardJS = func() template.JS {
+		b, _ := dashboardFiles.ReadFile("dashboard/admin.js")
+		return template.JS(b)
+	}()
 )
 
 // dashboardRecords is how many slot records the dashboard shows per job.
 const dashboardRecords = 20
 
 type dashboardData struct {
+	Admin    bool // the admin endpoints are on: Run now, Pause and Resume are offered
 	Prefix   string
 	Now      time.Time
 	CSS      template.CSS
+	JS       template.JS
 	Error    string
 	Replicas []replicaRow
 	Jobs     []dashboardJob
 }
 
 type dashboardJob struct {
-	Name, Schedule, Overlap, Catchup, OnOwnerLost string
-	MisfireGrace                                  time.Duration
-	Next                                          []time.Time
-	Paused                                        *slot.Pause
-	Holder                                        string
-	HolderSlot                                    time.Time
-	HolderTTL                                     time.Duration
-	Records                                       []dashboardRecord
+	Name, Schedule, Words, Overlap, Catchup, OnOwnerLost string
+	MisfireGrace                                         time.Duration
+	Next                                                 []time.Time
+	Paused                                               *slot.Pause
+	Holder                                               string
+	HolderSlot                                           time.Time
+	HolderTTL                                            time.Duration
+	Records                                              []dashboardRecord
 }
 
 type dashboardRecord struct {
@@ -53,19 +59,22 @@ type dashboardRecord struct {
 	Delay, Duration string
 	Text            string // the error, or else the result
 	TraceShort      string
+	RunIDShort      string // the run ID's random end, which tells runs apart (the start is a timestamp)
 	TraceURL        string
 }
 
-// dashboard serves the page at /: jobs with their schedule, next slots,
-// policies, pause and lease; each job's last 20 slot records; the live
-// replicas. It is rendered on the server, from the same store reads as
-// worker status, and refreshes itself every 5s. uiURL, when set (Jaeger's
-// UI), links each slot to its trace.
-func dashboard(cfg *Config, store *slotstore.Store, uiURL string) http.HandlerFunc {
+// dashboard serves the page at /: jobs with their schedule (and in words),
+// next slots, policies, pause and lease; each job's last 20 slot records;
+// the live replicas. It is rendered on the server, from the same store
+// reads as worker status, and refreshes itself every 5s. uiURL, when set
+// (Jaeger's UI), links each slot to its trace. With admin, each job has Run
+// now, Pause and Resume buttons, which call the admin endpoints with the
+// token the user types into the page (kept in the tab's sessionStorage).
+func dashboard(cfg *Config, store *slotstore.Store, uiURL string, admin bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		data := dashboardData{Prefix: cfg.Redis.KeyPrefix, Now: time.Now(), CSS: dashboardCSS}
+		data := dashboardData{Admin: admin, Prefix: cfg.Redis.KeyPrefix, Now: time.Now(), CSS: dashboardCSS, JS: dashboardJS}
 		var err error
 		if data.Replicas, err = replicaRows(ctx, store); err == nil {
 			data.Jobs, err = dashboardJobs(ctx, cfg, store, uiURL)
@@ -99,7 +108,7 @@ func dashboardJobs(ctx context.Context, cfg *Config, store *slotstore.Store, uiU
 	out := make([]dashboardJob, len(cfg.Jobs))
 	for i, jc := range cfg.Jobs {
 		j := jc.schedulerJob().WithDefaults(cfg.Lease.TTL)
-		d := dashboardJob{Name: j.Name, Schedule: j.Schedule, Overlap: string(j.Overlap), Catchup: string(j.Catchup),
+		d := dashboardJob{Name: j.Name, Schedule: j.Schedule, Words: describeSchedule(j.Schedule), Overlap: string(j.Overlap), Catchup: string(j.Catchup),
 			OnOwnerLost: string(j.OnOwnerLost), MisfireGrace: j.MisfireGrace}
 		if sched, err := scheduler.ParseSchedule(j.Schedule); err == nil {
 			for t := sched.Next(now); !t.IsZero() && len(d.Next) < 3; t = sched.Next(t) {
@@ -119,13 +128,18 @@ func dashboardJobs(ctx context.Context, cfg *Config, store *slotstore.Store, uiU
 		}
 		for _, rec := range recs {
 			dr := dashboardRecord{Record: rec, Delay: "-", Duration: duration(rec), Text: resultOrError(rec)}
+			if n := len(rec.RunID); n > 12 {
+				dr.RunIDShort = "…" + rec.RunID[n-12:]
+			}
 			if !rec.Started.IsZero() {
 				dr.Delay = rec.Started.Sub(rec.Slot).Round(time.Millisecond).String()
 			}
 			trace := scheduler.RecordTraceID(cfg.Redis.KeyPrefix, rec).String()
 			dr.TraceShort = trace[:8]
 			if uiURL != "" {
-				dr.TraceURL = strings.TrimSuffix(uiURL, "/") + "/trace/" + trace
+				// uiFind opens every replica's root span (only they carry
+				// slotcron.job): who each one is, and whom it lost to.
+				dr.TraceURL = strings.TrimSuffix(uiURL, "/") + "/trace/" + trace + "?uiFind=slotcron.job"
 			}
 			d.Records = append(d.Records, dr)
 		}

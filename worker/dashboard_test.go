@@ -65,15 +65,19 @@ jobs:
 	})
 	for _, want := range []string{
 		`<h2><code>tick</code> </h2>`,
-		`<code>@every 1s</code> · overlap skip · misfire grace 1m0s · catch-up last · owner lost: abandon`,
+		`<code>@every 1s</code> <span class="words">(every 1s)</span> · overlap skip · misfire grace 1m0s · catch-up last · owner lost: abandon`,
 		`<td><code>d1</code></td>`, `<td><code>d2</code></td>`, `<td class="ok">agrees</td>`,
 		`<h2>Replicas <span class="muted">2 live</span></h2>`,
 		`<a href="http://jaeger.example:16686/trace/`,
 		`<meta http-equiv="refresh" content="5">`,
+		`/trace/`, `?uiFind=slotcron.job`,
 	} {
 		if !strings.Contains(html, want) {
 			t.Errorf("the page lacks %q", want)
 		}
+	}
+	if strings.Contains(html, "Run now") || strings.Contains(html, `id="token"`) {
+		t.Errorf("admin buttons on a worker with no admin token")
 	}
 	if !strings.Contains(html, "ticked by d1") && !strings.Contains(html, "ticked by d2") {
 		t.Errorf("no run's result on the page")

@@ -19,7 +19,7 @@ func handler(rdb redis.UniversalClient, s *scheduler.Scheduler, cfg *Config, sto
 	maxSkew := cfg.Clock.MaxSkew
 	mux := http.NewServeMux()
 	adminRoutes(mux, cfg, store, s, adminToken)
-	mux.HandleFunc("GET /{$}", dashboard(cfg, store, cfg.Tracing.UIURL))
+	mux.HandleFunc("GET /{$}", dashboard(cfg, store, cfg.Tracing.UIURL, adminToken != ""))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

@@ -1,0 +1,153 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/jobs"
+)
+
+// browserPath finds a Chromium or Chrome, or fails the test saying what to
+// install: a dashboard test that cannot run must not pass quietly.
+func browserPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("SLOTCRON_BROWSER"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no browser for the dashboard test: install Chromium (Debian: apt-get install -y chromium; .ci/run does) or set SLOTCRON_BROWSER to a Chrome binary")
+	return ""
+}
+
+// TestDashboardInABrowser loads the dashboard of three replicas, running
+// against a real Redis, in headless Chromium, and checks what a person
+// would: the job's row and its schedule in words, a done slot naming the
+// replica that ran it, the three replicas. Then, with the admin token typed
+// in, it clicks Run now and sees the manual run appear, done, in the slots.
+func TestDashboardInABrowser(t *testing.T) {
+	chrome := browserPath(t)
+	srv := redistest.StartOwned(t)
+	path := writeConfig(t, fmt.Sprintf(`redis:
+  addrs: [%q]
+  key_prefix: br
+shutdown_grace: 1s
+jobs:
+  - name: tick
+    schedule: "*/2 * * * * *"
+`, srv.Addr()))
+	register := func(reg *jobs.Registry, env Env) error {
+		return reg.Register("tick", func(ctx context.Context, run jobs.Run) error {
+			return jobs.SetResult(ctx, "ticked by "+run.Replica)
+		})
+	}
+	t.Setenv(AdminTokenEnv, "s3cret")
+	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+	ids := []string{"web-a", "web-b", "web-c"}
+	startWorkersEnv(t, path, register, func(i int) { t.Setenv(HTTPListenEnv, addrs[i]) }, ids...)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1400, 900), chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelT()
+
+	url := "http://" + addrs[1] + "/"
+	if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`section.job`))); err != nil {
+		t.Fatalf("loading the dashboard: %v", err)
+	}
+	// until evaluates js until it is true. The page reloads itself, which
+	// ends an evaluation in flight: that is a retry, not a failure.
+	until := func(limit time.Duration, js string) bool {
+		deadline := time.Now().Add(limit)
+		for time.Now().Before(deadline) {
+			if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js)); err == nil && ok {
+				return true
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return false
+	}
+	text := func(js string) string {
+		t.Helper()
+		var err error
+		for range 5 { // a reload in between is a retry
+			var v string
+			if v, err = chromedp.Run(ctx, chromedp.Evaluate[string](js)); err == nil {
+				return v
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("%s: %v", js, err)
+		return ""
+	}
+	// A slot runs every 2s: wait for a done one (the page reloads itself).
+	if !until(30*time.Second, `document.querySelector('section.job .state.done') !== null`) {
+		t.Fatal("no done slot on the page")
+	}
+	job := text(`document.querySelector('section.job').innerText`)
+	replicas := text(`document.querySelector('section:not(.job)').innerText`)
+	for _, want := range []string{"tick", "*/2 * * * * *", "every 2 seconds", "overlap skip", "done", "ticked by web-"} {
+		if !strings.Contains(job, want) {
+			t.Errorf("the job's section lacks %q:\n%s", want, job)
+		}
+	}
+	for _, id := range ids {
+		if !strings.Contains(replicas, id) {
+			t.Errorf("the replica list lacks %s:\n%s", id, replicas)
+		}
+	}
+	if !strings.Contains(replicas, "3 live") {
+		t.Errorf("the replica list does not say 3 live:\n%s", replicas)
+	}
+	// The done row names its replica.
+	if row := text(`document.querySelector('section.job .state.done').closest('tr').innerText`); !strings.Contains(row, "web-") {
+		t.Errorf("a done row names no replica: %q", row)
+	}
+
+	// Run now, with the token.
+	// While an input has the focus the page does not reload; a reload
+	// before the typing starts is tried again, from empty fields.
+	var err error
+	for range 3 {
+		chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('token').value = ''; document.querySelector('.actions .note').value = ''; true`))
+		if err = chromedp.Do(ctx,
+			chromedp.SendKeys(chromedp.CSS(`#token`), "s3cret"),
+			chromedp.SendKeys(chromedp.CSS(`.actions .note`), "from the browser test"),
+			chromedp.Click(chromedp.CSS(`.actions button[data-action="trigger"]`)),
+		); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("Run now: %v", err)
+	}
+	if !until(15*time.Second, `document.querySelector('.actions .result').textContent.startsWith('manual slot')`) {
+		t.Fatalf("Run now got no answer (the page shows %q)", text(`document.querySelector('.actions .result').textContent`))
+	}
+	if result := text(`document.querySelector('.actions .result').textContent`); !strings.Contains(result, ": won on web-b") {
+		t.Errorf("Run now answered %q; want the manual slot won by the replica that served the page", result)
+	}
+	// The page reloads 1.5s after the answer; the manual run is recorded by then.
+	if !until(20*time.Second, `[...document.querySelectorAll('section.job tr')].some(r => r.querySelector('.manual') && r.querySelector('.state.done'))`) {
+		t.Fatal("the manual run did not appear done")
+	}
+	row := text(`document.querySelector('section.job .manual').closest('tr').innerText`)
+	if !strings.Contains(row, "web-b") || !strings.Contains(row, "from the browser test") {
+		t.Errorf("the manual run's row: %q", row)
+	}
+}

@@ -1,0 +1,36 @@
+// The dashboard's admin buttons: each POSTs to /admin/jobs/{job}/{action}
+// with the token typed into the page, shows the answer, and reloads the page.
+// The page reloads itself every 5s, except while an input has the focus.
+(function () {
+  const token = document.getElementById('token');
+  token.value = sessionStorage.getItem('slotcron-admin-token') || '';
+  token.addEventListener('input', () => sessionStorage.setItem('slotcron-admin-token', token.value));
+  document.querySelectorAll('.actions button').forEach((button) => {
+    button.addEventListener('click', async () => {
+      const box = button.closest('.actions');
+      const out = box.querySelector('.result');
+      out.textContent = '…';
+      const body = new URLSearchParams({ note: box.querySelector('.note').value });
+      try {
+        const r = await fetch('admin/jobs/' + encodeURIComponent(box.dataset.job) + '/' + button.dataset.action, {
+          method: 'POST', headers: { Authorization: 'Bearer ' + token.value }, body: body,
+        });
+        const text = await r.text();
+        if (!r.ok) {
+          out.textContent = r.status + ': ' + text;
+          return;
+        }
+        const a = JSON.parse(text);
+        out.textContent = button.dataset.action === 'trigger'
+          ? 'manual slot ' + a.id + ': ' + a.outcome + ' on ' + a.replica + (a.holder ? ' (' + a.holder + ')' : '')
+          : a.action + (a.changed ? 'd' : ': no change');
+        setTimeout(() => location.reload(), 1500);
+      } catch (e) {
+        out.textContent = String(e);
+      }
+    });
+  });
+  setInterval(() => {
+    if (!document.querySelector('input:focus')) location.reload();
+  }, 5000);
+})();
