@@ -178,12 +178,12 @@ jobs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := regexp.MustCompile(`(?m)^  (\S+Z)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)`).FindAllStringSubmatch(string(out), -1)
+	rows := regexp.MustCompile(`(?m)^  (\S+Z)\s+(scheduled|manual \S+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)`).FindAllStringSubmatch(string(out), -1)
 	if len(rows) != len(recs) || len(recs) == 0 {
 		t.Fatalf("status printed %d rows for %d records:\n%s", len(rows), len(recs), out)
 	}
 	for i, r := range recs {
-		want := []string{r.Slot.UTC().Format(time.RFC3339), string(r.State), r.Owner, strconv.Itoa(r.Attempt), strconv.FormatInt(r.Fence, 10)}
+		want := []string{r.Slot.UTC().Format(time.RFC3339), "scheduled", string(r.State), r.Owner, strconv.Itoa(r.Attempt), strconv.FormatInt(r.Fence, 10)}
 		if strings.Join(rows[i][1:], " ") != strings.Join(want, " ") {
 			t.Errorf("status row %d = %v, record %v", i, rows[i][1:], want)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,6 +44,13 @@ func demo(o options) int {
 		c.Close()
 	}
 	where := "Redis at " + o.redis
+	if o.redis != "" {
+		// A real Redis may hold other deployments' keys, and an earlier
+		// demo's: a fresh prefix shares none of them (their fences would
+		// refuse this run's draws), and the demo removes its keys at the end.
+		o.prefix = "lottery-demo-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+		where += ", under the fresh key prefix " + o.prefix
+	}
 	if o.redis == "" {
 		addr, stop, err := worker.StartEmbeddedRedis()
 		if err != nil {
@@ -57,6 +66,9 @@ func demo(o options) int {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		fmt.Fprintf(os.Stderr, "lottery: Redis at %s does not answer: %v\n", o.redis, err)
 		return 1
+	}
+	if o.prefix != slot.DefaultKeyPrefix {
+		defer removeKeys(rdb, o.prefix) // after the replicas have stopped (defers run last first)
 	}
 
 	reports := make(chan report, 100)
@@ -75,7 +87,7 @@ func demo(o options) int {
 	// progress (the first one seeds the participants, and a busy machine
 	// can make it outlast the interval) would make the next slot skipped
 	// (overlap: skip). The demo's slots start once no run holds the job.
-	if err := awaitFreeJob(ctx, rdb, 30*time.Second); err != nil {
+	if err := awaitFreeJob(ctx, rdb, o.prefix, 30*time.Second); err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
 		return 1
 	}
@@ -84,14 +96,29 @@ func demo(o options) int {
 		t = sched.Next(t)
 		slots = append(slots, t)
 	}
+	l := lottery.New(rdb, o.prefix)
+	layout := time.TimeOnly
+	if wait := time.Until(slots[0]); wait > time.Hour || slots[len(slots)-1].YearDay() != slots[0].YearDay() {
+		layout = "2006-01-02 15:04:05 MST"
+	}
 	fmt.Printf("lottery: %d replicas, each a process, on %s; schedule %q; %d slots from %s\n",
-		o.replicas, where, o.schedule, o.slots, slots[0].Format(time.TimeOnly))
-	l := lottery.New(rdb, slot.DefaultKeyPrefix)
-	seen := collect(ctx, reports, slots, o.replicas, l)
+		o.replicas, where, o.schedule, o.slots, slots[0].Format(layout))
+	if wait := time.Until(slots[0]); wait > 10*time.Second {
+		fmt.Printf("the first slot is %s, in %v: waiting (Ctrl-C stops)\n", slots[0].Format("2006-01-02 15:04:05 MST"), wait.Round(time.Second))
+	}
+	// The replicas run the schedule from the moment they start, so they
+	// may have drawn a slot or two before the first one counted here: a
+	// fence counts every claim, those included, which is why the first
+	// counted slot's fence is not the first fence.
+	if early, err := l.Draws(ctx); err == nil && len(early) > 0 {
+		fmt.Printf("(%d draw(s) before the counted slots, made while the replicas started: not counted)\n", len(early))
+	}
+	col := columns(o.replicas)
+	seen := collect(ctx, reports, slots, o.replicas, l, col, layout)
 	stopReplicas(kids) // they flush their spans as they stop
 
-	code := verdict(ctx, rdb, l, slots, seen)
-	if o.jaeger != "" && !showTraces(ctx, jaegerUI(o.jaeger), slots) {
+	code := verdict(ctx, rdb, l, o.prefix, slots, seen, layout)
+	if o.jaeger != "" && !showTraces(ctx, jaegerUI(o.jaeger), o.prefix, slots) {
 		code = max(code, 1)
 	}
 	return code
@@ -110,7 +137,7 @@ func startReplicas(o options, reports chan<- report) ([]*kid, error) {
 	}
 	var kids []*kid
 	for i := 1; i <= o.replicas; i++ {
-		args := []string{"-role", "replica", "-replica-id", fmt.Sprintf("replica-%d", i), "-redis", o.redis, "-schedule", o.schedule}
+		args := []string{"-role", "replica", "-replica-id", fmt.Sprintf("replica-%d", i), "-redis", o.redis, "-schedule", o.schedule, "-prefix", o.prefix}
 		if o.jaeger != "" {
 			args = append(args, "-jaeger", o.jaeger)
 		}
@@ -192,7 +219,7 @@ type slotView struct {
 
 // collect prints a line for each slot once every replica has reported on it,
 // and returns what they reported.
-func collect(ctx context.Context, reports <-chan report, slots []time.Time, n int, l *lottery.Lottery) map[int64]*slotView {
+func collect(ctx context.Context, reports <-chan report, slots []time.Time, n int, l *lottery.Lottery, col columnWidths, layout string) map[int64]*slotView {
 	want := map[int64]bool{}
 	for _, s := range slots {
 		want[s.Unix()] = true
@@ -223,42 +250,74 @@ func collect(ctx context.Context, reports <-chan report, slots []time.Time, n in
 			}
 			counts[t.Unix()]++
 			for next < len(slots) && counts[slots[next].Unix()] >= n {
-				printSlot(ctx, slots[next], seen[slots[next].Unix()], l)
+				printSlot(ctx, slots[next], seen[slots[next].Unix()], l, col, layout)
 				next++
 			}
 		case <-deadline:
 			for ; next < len(slots); next++ {
-				printSlot(ctx, slots[next], seen[slots[next].Unix()], l)
+				printSlot(ctx, slots[next], seen[slots[next].Unix()], l, col, layout)
 			}
 		}
 	}
 	return seen
 }
 
-func printSlot(ctx context.Context, slot time.Time, v *slotView, l *lottery.Lottery) {
-	if v == nil {
-		v = &slotView{}
+// columnWidths keeps the slot lines aligned for any number of replicas:
+// up to 5 replicas, the losers are named; past that, counted.
+type columnWidths struct {
+	replica, lost int
+	name          bool // name the losers
+}
+
+func columns(replicas int) columnWidths {
+	w := len(fmt.Sprintf("replica-%d", replicas))
+	c := columnWidths{replica: w, name: replicas <= 5}
+	if c.name {
+		c.lost = max((replicas-1)*(w+2)-2, 4)
+	} else {
+		c.lost = len(fmt.Sprintf("%d replicas", replicas-1))
 	}
-	slices.Sort(v.lost)
+	return c
+}
+
+func printSlot(ctx context.Context, slot time.Time, v *slotView, l *lottery.Lottery, col columnWidths, layout string) {
 	winners := "no draw"
 	if w, ok, err := l.Winners(ctx, slot.Unix()); err == nil && ok {
 		winners = strings.Join(w[:min(3, len(w))], ", ") + fmt.Sprintf(", ... (%d)", len(w))
 	}
+	fmt.Println(slotLine(slot, v, winners, col, layout))
+}
+
+// slotLine is one slot's line: its columns line up whatever the replicas.
+func slotLine(slot time.Time, v *slotView, winners string, col columnWidths, layout string) string {
+	if v == nil {
+		v = &slotView{}
+	}
+	// replica-2 before replica-10
+	slices.SortFunc(v.lost, func(a, b string) int { return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b)) })
 	winner := v.winner
 	if winner == "" {
 		winner = "none"
 	}
-	line := fmt.Sprintf("%s  winner %-10s lost %-22s fence %-3d winners %s", slot.Format(time.TimeOnly), winner,
-		strings.Join(v.lost, ", "), v.fence, winners)
+	lost := strings.Join(v.lost, ", ")
+	if !col.name {
+		lost = fmt.Sprintf("%d replicas", len(v.lost))
+	}
+	fence := "-"
+	if v.fence != 0 {
+		fence = strconv.FormatInt(v.fence, 10)
+	}
+	line := fmt.Sprintf("%s  winner %-*s  lost %-*s  fence %-16s  winners %s", slot.Format(layout), col.replica, winner,
+		col.lost, lost, fence, winners)
 	if len(v.other) > 0 {
 		line += "  (" + strings.Join(v.other, "; ") + ")"
 	}
-	fmt.Println(line)
+	return line
 }
 
 // verdict checks the draws list itself: each slot must have exactly one
 // draw. A slot without one is explained from its slot record.
-func verdict(ctx context.Context, rdb redis.UniversalClient, l *lottery.Lottery, slots []time.Time, seen map[int64]*slotView) int {
+func verdict(ctx context.Context, rdb redis.UniversalClient, l *lottery.Lottery, prefix string, slots []time.Time, seen map[int64]*slotView, layout string) int {
 	draws, err := l.Draws(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
@@ -269,7 +328,7 @@ func verdict(ctx context.Context, rdb redis.UniversalClient, l *lottery.Lottery,
 		per[d.Slot]++
 	}
 	drawn, dupes, missed := 0, 0, 0
-	records, _ := slotstore.New(rdb, slot.DefaultKeyPrefix)
+	records, _ := slotstore.New(rdb, prefix)
 	for _, s := range slots {
 		switch n := per[s.Unix()]; {
 		case n == 0:
@@ -278,7 +337,7 @@ func verdict(ctx context.Context, rdb redis.UniversalClient, l *lottery.Lottery,
 			if rec, ok, err := records.Record(ctx, lottery.Name, s); err == nil && ok {
 				why = fmt.Sprintf("record: %s %s", rec.State, rec.Error)
 			}
-			fmt.Printf("%s  no draw (%s)\n", s.Format(time.TimeOnly), why)
+			fmt.Printf("%s  no draw (%s)\n", s.Format(layout), why)
 		case n > 1:
 			drawn++
 			dupes++
@@ -294,8 +353,8 @@ func verdict(ctx context.Context, rdb redis.UniversalClient, l *lottery.Lottery,
 }
 
 // awaitFreeJob waits until no run holds the lottery's lease.
-func awaitFreeJob(ctx context.Context, rdb redis.UniversalClient, within time.Duration) error {
-	store, err := slotstore.New(rdb, slot.DefaultKeyPrefix)
+func awaitFreeJob(ctx context.Context, rdb redis.UniversalClient, prefix string, within time.Duration) error {
+	store, err := slotstore.New(rdb, prefix)
 	if err != nil {
 		return err
 	}
@@ -312,4 +371,35 @@ func awaitFreeJob(ctx context.Context, rdb redis.UniversalClient, within time.Du
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// removeKeys deletes every key under prefix: the demo's, on a real Redis.
+func removeKeys(rdb redis.UniversalClient, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := 0
+	iter := rdb.Scan(ctx, 0, prefix+":*", 500).Iterator()
+	var batch []string
+	flush := func() {
+		if len(batch) > 0 {
+			if err := rdb.Del(ctx, batch...).Err(); err != nil {
+				fmt.Fprintf(os.Stderr, "lottery: removing the demo's keys: %v\n", err)
+			} else {
+				n += len(batch)
+			}
+			batch = batch[:0]
+		}
+	}
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 500 {
+			flush()
+		}
+	}
+	flush()
+	if err := iter.Err(); err != nil {
+		fmt.Fprintf(os.Stderr, "lottery: removing the demo's keys: %v\n", err)
+		return
+	}
+	fmt.Printf("removed the demo's %d keys (%s:*)\n", n, prefix)
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/slotcron/slotcron/examples/lottery/lottery"
 	"github.com/slotcron/slotcron/scheduler"
-	"github.com/slotcron/slotcron/slot"
 )
 
 // jaegerTrace is the part of Jaeger's /api/traces/{id} answer the demo reads.
@@ -57,11 +56,11 @@ func traceLink(ui, id string) string {
 // showTraces reads each slot's trace back from Jaeger, as its UI does, and
 // prints what it holds: every replica's slot span, its outcome and holder.
 // The trace ID is derived from the slot: no search is needed.
-func showTraces(ctx context.Context, ui string, slots []time.Time) bool {
+func showTraces(ctx context.Context, ui, prefix string, slots []time.Time) bool {
 	fmt.Printf("Jaeger (%s) holds one trace per slot:\n", ui)
 	client := &http.Client{Timeout: 5 * time.Second}
 	for _, s := range slots {
-		id := scheduler.SlotTraceID(slot.DefaultKeyPrefix, lottery.Name, s).String()
+		id := scheduler.SlotTraceID(prefix, lottery.Name, s).String()
 		var tr jaegerTrace
 		var spans []string
 		// Spans arrive in batches; give the last ones a moment.

@@ -9,7 +9,8 @@
 //
 // It prints a line per slot (the winner, the losers, the fence and the first
 // winners) and a verdict, and exits non-zero when a slot was drawn twice or
-// not at all.
+// not at all. On a real Redis (-redis) it writes under a fresh key prefix,
+// and removes its keys when it ends.
 package main
 
 import (
@@ -17,6 +18,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/slotcron/slotcron/slot"
 )
 
 type options struct {
@@ -31,6 +34,7 @@ type options struct {
 	// replica mode, set by the parent
 	role      string
 	replicaID string
+	prefix    string // the key prefix: the default on the embedded Redis, a fresh one on -redis
 }
 
 func main() {
@@ -44,6 +48,7 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "show the replicas' logs")
 	flag.StringVar(&o.role, "role", "demo", "internal: demo or replica")
 	flag.StringVar(&o.replicaID, "replica-id", "", "internal: the replica's ID")
+	flag.StringVar(&o.prefix, "prefix", slot.DefaultKeyPrefix, "internal: the key prefix")
 	flag.Parse()
 	if o.schedule == "" {
 		o.schedule = fmt.Sprintf("@every %s", o.every)

@@ -21,7 +21,6 @@ import (
 	"github.com/slotcron/slotcron/examples/lottery/lottery"
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
-	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
 )
 
@@ -110,11 +109,11 @@ func replica(o options) int {
 	}()
 
 	reg := jobs.NewRegistry()
-	if err := lottery.Register(reg, rdb, slot.DefaultKeyPrefix); err != nil {
+	if err := lottery.Register(reg, rdb, o.prefix); err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
 		return 1
 	}
-	slots, err := slotstore.New(rdb, slot.DefaultKeyPrefix)
+	slots, err := slotstore.New(rdb, o.prefix)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
 		return 1
@@ -125,6 +124,7 @@ func replica(o options) int {
 		scheduler.WithLogger(log),
 		scheduler.WithTracerProvider(tp),
 		scheduler.WithShutdownGrace(5*time.Second),
+		scheduler.WithKeyPrefix(o.prefix),
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
