@@ -22,6 +22,7 @@ func (s *Scheduler) probe(ctx context.Context) error {
 	_, wasRefused := s.refused()
 	s.offsetMu.Lock()
 	s.offset, s.measured = offset, true
+	s.rtt = t1.Sub(t0)
 	s.probedWall, s.probedMono = t1.Round(0), time.Now()
 	known := s.epoch
 	s.epoch = p.Epoch

@@ -73,10 +73,20 @@ func (r *runner) push(due time.Time, j *jobState, c slot.Claim) {
 // dispatch sends, in one round trip, every claim due at now.
 func (r *runner) dispatch(ctx context.Context, now time.Time) {
 	var batch []*pending
+	var hedge time.Duration
 	for _, j := range r.s.jobs {
 		for n := r.next[j]; !n.After(now) && len(batch) < maxBatch; n = r.next[j] {
-			batch = append(batch, &pending{due: n, job: j, claim: r.claim(slot.ClaimLive, j, n)})
+			p := &pending{due: n, job: j, claim: r.claim(slot.ClaimLive, j, n)}
 			r.next[j] = j.sched.Next(n)
+			if r.hedged(j, n) { // another replica claims it first
+				if hedge == 0 {
+					hedge = r.s.hedge()
+				}
+				p.due = n.Add(hedge)
+				heap.Push(&r.queue, p)
+				continue
+			}
+			batch = append(batch, p)
 		}
 	}
 	for len(r.queue) > 0 && !r.queue[0].due.After(now) && len(batch) < maxBatch {

@@ -73,6 +73,9 @@ type peerView struct {
 	mu            sync.Mutex
 	reg           slot.Registry
 	disagreements []Disagreement
+	// candidates are, per job, the IDs of the live replicas that run it and
+	// claim (their clock is within max_skew): whom spread routing picks from.
+	candidates map[string][]string
 }
 
 // Replicas returns what this replica's last heartbeat found: every live
@@ -88,8 +91,8 @@ func (s *Scheduler) Replicas() (slot.Registry, []Disagreement) {
 // job when their lines are equal.
 func settings(j Job) string {
 	return fmt.Sprintf("schedule=%q overlap=%s lease_ttl=%v on_owner_lost=%s max_attempts=%d misfire_grace=%v "+
-		"catchup=%s catchup_window=%v timeout=%v retention=%v", j.Schedule, j.Overlap, j.LeaseTTL, j.OnOwnerLost,
-		j.MaxAttempts, j.MisfireGrace, j.Catchup, j.CatchupWindow, j.Timeout, j.Retention)
+		"catchup=%s catchup_window=%v timeout=%v retention=%v routing=%s", j.Schedule, j.Overlap, j.LeaseTTL, j.OnOwnerLost,
+		j.MaxAttempts, j.MisfireGrace, j.Catchup, j.CatchupWindow, j.Timeout, j.Retention, j.Routing)
 }
 
 // buildVersion is the main module's version and VCS revision, from the
@@ -131,9 +134,10 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 		return err
 	}
 	dis := disagreements(s.me(), s.cfg.keyPrefix, reg)
+	cands := candidates(reg, s.cfg.maxSkew)
 	s.peers.mu.Lock()
 	before := s.peers.disagreements
-	s.peers.reg, s.peers.disagreements = reg, dis
+	s.peers.reg, s.peers.disagreements, s.peers.candidates = reg, dis, cands
 	s.peers.mu.Unlock()
 	s.tel.disagree(len(dis))
 	if !slices.Equal(before, dis) {

@@ -30,6 +30,23 @@ const (
 	CatchupAll  Catchup = "all"  // run each of them, oldest first, one at a time
 )
 
+// Routing says which replica claims a slot first.
+type Routing string
+
+// The routing policies. Neither changes what the claim decides (the slot
+// starts once either way): only which replica asks first, and so how much
+// work Redis does and which replica runs the job.
+const (
+	// RoutingSpread: the slot's preferred replica, chosen by rendezvous
+	// hashing of (job, slot) over the live replicas that run the job, claims
+	// at the slot's time; the others claim a hedge later, and win only when
+	// the preferred one did not (it is dead, frozen, partitioned or
+	// refusing). Slots spread evenly over the replicas. The default.
+	RoutingSpread Routing = "spread"
+	// RoutingRace: every replica claims at the slot's time; the fastest wins.
+	RoutingRace Routing = "race"
+)
+
 // OwnerLost says what happens to a slot whose owner lost its lease mid-run
 // (it crashed, froze, or lost Redis).
 type OwnerLost string
@@ -53,6 +70,7 @@ type Job struct {
 	MaxAttempts   int           // attempts per slot under OwnerLostRetry; default 3
 	Retention     time.Duration // how long slot records are kept; default 24h
 	LeaseTTL      time.Duration // default: the scheduler's WithLeaseTTL
+	Routing       Routing       // default RoutingSpread
 }
 
 // The defaults of a Job's fields.
@@ -103,6 +121,9 @@ func (j Job) WithDefaults(leaseTTL time.Duration) Job {
 	if j.LeaseTTL == 0 {
 		j.LeaseTTL = leaseTTL
 	}
+	if j.Routing == "" {
+		j.Routing = RoutingSpread
+	}
 	return j
 }
 
@@ -144,6 +165,9 @@ func (j Job) Validate(maxSkew time.Duration) []FieldError {
 	}
 	if j.Overlap != OverlapSkip && j.Overlap != OverlapAllow {
 		add("overlap", "must be %q or %q, got %q", OverlapSkip, OverlapAllow, j.Overlap)
+	}
+	if j.Routing != RoutingSpread && j.Routing != RoutingRace {
+		add("routing", "must be %q or %q, got %q", RoutingSpread, RoutingRace, j.Routing)
 	}
 	if j.MisfireGrace <= 0 {
 		add("misfire_grace", "must be > 0, got %v", j.MisfireGrace)

@@ -36,6 +36,7 @@ type config struct {
 	keyPrefix       string
 	jobs            []Job
 	onEvent         func(Event)
+	hedge           time.Duration // 0: automatic
 }
 
 // The scheduler-wide defaults.
@@ -240,6 +241,21 @@ func WithKeyPrefix(prefix string) Option {
 func WithEventHook(fn func(Event)) Option {
 	return func(c *config) error {
 		c.onEvent = fn
+		return nil
+	}
+}
+
+// WithHedge sets how long after a slot's time the replicas that are not its
+// preferred one claim it (spread routing). The default, 0, is four round
+// trips to Redis, within [5ms, 250ms]. A longer hedge costs that much delay
+// when the preferred replica is gone; a shorter one lets replicas race more
+// often.
+func WithHedge(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("scheduler: WithHedge: must be >= 0, got %v", d)
+		}
+		c.hedge = d
 		return nil
 	}
 }

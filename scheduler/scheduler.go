@@ -46,6 +46,7 @@ type Scheduler struct {
 
 	offsetMu sync.Mutex
 	offset   time.Duration // the last measured offset of Redis's clock from ours
+	rtt      time.Duration // the last probe's round trip
 	measured bool
 	epoch    string // the deployment's epoch, as last probed
 	// probedWall and probedMono are this replica's clock (wall reading) and

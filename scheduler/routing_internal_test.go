@@ -1,0 +1,57 @@
+package scheduler
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// TestPreferredIsEvenAndStable: rendezvous hashing gives each of 5 replicas
+// a fifth of 100,000 slots (within 1%), and when one leaves, only its slots
+// move (to the others, evenly); the rest keep their replica.
+func TestPreferredIsEvenAndStable(t *testing.T) {
+	ids := []string{"replica-1", "replica-2", "replica-3", "replica-4", "replica-5"}
+	const n = 100_000
+	start := time.Unix(1_795_000_000, 0)
+	count := map[string]int{}
+	before := make([]string, n)
+	for i := range n {
+		before[i] = preferred(ids, "lottery", start.Add(time.Duration(i)*time.Second))
+		count[before[i]]++
+	}
+	for _, id := range ids {
+		if share := float64(count[id]) / n; math.Abs(share-0.2) > 0.01 {
+			t.Errorf("%s prefers %.3f of the slots, want 0.2 ± 0.01", id, share)
+		}
+	}
+	left := ids[:4] // replica-5 leaves
+	moved := map[string]int{}
+	for i := range n {
+		now := preferred(left, "lottery", start.Add(time.Duration(i)*time.Second))
+		switch {
+		case before[i] != "replica-5" && now != before[i]:
+			t.Fatalf("slot %d moved from %s to %s, though %s stayed", i, before[i], now, before[i])
+		case before[i] == "replica-5":
+			moved[now]++
+		}
+	}
+	for _, id := range left {
+		if share := float64(moved[id]) / float64(count["replica-5"]); math.Abs(share-0.25) > 0.02 {
+			t.Errorf("%s took %.3f of the leaver's slots, want 0.25 ± 0.02", id, share)
+		}
+	}
+	// Another job spreads on its own: the same slot is not always the same replica's.
+	same := 0
+	for i := range 1000 {
+		at := start.Add(time.Duration(i) * time.Second)
+		if preferred(ids, "lottery", at) == preferred(ids, "invoices", at) {
+			same++
+		}
+	}
+	if same > 300 {
+		t.Errorf("two jobs share their preferred replica on %d of 1000 slots, want about 200", same)
+	}
+	if got := preferred(nil, "j", start); got != "" {
+		t.Errorf("no replica: %q", got)
+	}
+}

@@ -1,0 +1,221 @@
+package scheduler_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// runLog records every run: its slot, replica and start delay (fake time,
+// so a delay is exact).
+type runLog struct {
+	mu   sync.Mutex
+	runs map[int64][]ran
+}
+
+type ran struct {
+	replica string
+	delay   time.Duration
+}
+
+func (l *runLog) fn() jobs.Func {
+	return func(ctx context.Context, run jobs.Run) error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.runs[run.Slot.Unix()] = append(l.runs[run.Slot.Unix()], ran{run.Replica, time.Since(run.Slot)})
+		return nil
+	}
+}
+
+// between returns, for the slots in [from, to), who ran each; it fails t
+// when a slot ran twice or not at all.
+func (l *runLog) between(t *testing.T, from, to time.Time) map[int64]ran {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[int64]ran{}
+	for at := from.Unix(); at < to.Unix(); at++ {
+		switch rs := l.runs[at]; len(rs) {
+		case 1:
+			out[at] = rs[0]
+		default:
+			t.Errorf("slot %v ran %d times: %+v", time.Unix(at, 0).UTC(), len(rs), rs)
+		}
+	}
+	return out
+}
+
+const hedge = 40 * time.Millisecond
+
+// TestSpreadRouting: five replicas of a job every second. Once they have
+// seen each other (one heartbeat), each slot is claimed first by its
+// preferred replica, at the slot's time, and won by it: every run starts
+// with no delay (the others would claim a hedge later), and each replica
+// runs a fifth of the slots.
+func TestSpreadRouting(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		l := &runLog{runs: map[int64][]ran{}}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		ids := []string{"r1", "r2", "r3", "r4", "r5"}
+		for _, id := range ids {
+			h.start(id, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+		}
+		from := nextSecond(0).Add(10 * time.Second) // every replica has heartbeated since all started
+		to := from.Add(300 * time.Second)
+		sleepUntil(to.Add(time.Second))
+		synctest.Wait()
+		per := map[string]int{}
+		defer func() { t.Logf("runs per replica: %v", per) }()
+		for at, r := range l.between(t, from, to) {
+			per[r.replica]++
+			if r.delay != 0 {
+				t.Errorf("slot %v started %v late on %s: not by its preferred replica", time.Unix(at, 0).UTC(), r.delay, r.replica)
+			}
+		}
+		for _, id := range ids {
+			if n := per[id]; n < 45 || n > 75 {
+				t.Errorf("%s ran %d of 300 slots, want 60 ± 15 (20%% ± 5%%): %v", id, n, per)
+			}
+		}
+	})
+}
+
+// TestRaceRouting: under routing race every replica claims at the slot's
+// time, as before spread routing; each slot still runs once.
+func TestRaceRouting(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		l := &runLog{runs: map[int64][]ran{}}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s", Routing: scheduler.RoutingRace}}
+		claims := &claimCounter{}
+		for _, id := range []string{"r1", "r2", "r3"} {
+			h.startWith(id, replicaOpts{claimer: claims.wrap}, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+		}
+		from := nextSecond(0).Add(10 * time.Second)
+		to := from.Add(20 * time.Second)
+		sleepUntil(from.Add(-500 * time.Millisecond))
+		claims.reset()
+		sleepUntil(to.Add(-500 * time.Millisecond)) // the claims of the slots in [from, to)
+		synctest.Wait()
+		l.between(t, from, to)
+		if early, late := claims.split(); early != 3*20 || late != 0 {
+			t.Errorf("race: %d claims at the slot's time and %d later, want 60 and 0", early, late)
+		}
+	})
+}
+
+// TestSpreadSurvivesALostPreferred: one of three replicas is cut off from
+// Redis. The slots it was preferred for start one hedge late, on another
+// replica, until the registry drops it (three heartbeats); from then on
+// every slot starts on time again. Every slot starts once.
+func TestSpreadSurvivesALostPreferred(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		l := &runLog{runs: map[int64][]ran{}}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		var cut *replica
+		for _, id := range []string{"r1", "r2", "r3"} {
+			r := h.start(id, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+			if id == "r2" {
+				cut = r
+			}
+		}
+		from := nextSecond(0).Add(10 * time.Second)
+		sleepUntil(from.Add(-500 * time.Millisecond))
+		cut.net.freeze()
+		stale := from.Add(3*scheduler.DefaultHeartbeatEvery + scheduler.DefaultHeartbeatEvery) // dropped, and seen dropped
+		to := stale.Add(20 * time.Second)
+		sleepUntil(to.Add(time.Second))
+		cut.net.thaw()
+		synctest.Wait()
+		late := 0
+		for at, r := range l.between(t, from, to) {
+			switch {
+			case r.replica == "r2":
+				t.Errorf("slot %v ran on the cut-off replica", time.Unix(at, 0).UTC())
+			case r.delay > hedge+time.Millisecond:
+				t.Errorf("slot %v started %v late: more than one hedge (%v)", time.Unix(at, 0).UTC(), r.delay, hedge)
+			case r.delay > 0 && !time.Unix(at, 0).Before(stale):
+				t.Errorf("slot %v started %v late, after the registry dropped the cut-off replica", time.Unix(at, 0).UTC(), r.delay)
+			case r.delay > 0:
+				late++
+			}
+		}
+		if late == 0 {
+			t.Errorf("no slot started late while r2 was cut off: were any of its slots preferred to it?")
+		}
+		t.Logf("%d slots started one hedge late while r2 was cut off and still listed live", late)
+	})
+}
+
+// TestSpreadTakesInANewReplica: a replica that joins gets its share from
+// the heartbeat after it started, without a slot running twice or late.
+func TestSpreadTakesInANewReplica(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		l := &runLog{runs: map[int64][]ran{}}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		for _, id := range []string{"r1", "r2"} {
+			h.start(id, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+		}
+		from := nextSecond(0).Add(10 * time.Second)
+		sleepUntil(from)
+		h.start("r3", registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+		seen := from.Add(2 * scheduler.DefaultHeartbeatEvery) // every replica has heartbeated since
+		to := seen.Add(60 * time.Second)
+		sleepUntil(to.Add(time.Second))
+		synctest.Wait()
+		runs := l.between(t, from, to)
+		r3 := 0
+		for at, r := range runs {
+			if r.replica == "r3" {
+				r3++
+			}
+			if r.delay > hedge+time.Millisecond || r.delay > 0 && !time.Unix(at, 0).Before(seen) {
+				t.Errorf("slot %v started %v late on %s", time.Unix(at, 0).UTC(), r.delay, r.replica)
+			}
+		}
+		if r3 < 10 {
+			t.Errorf("the new replica ran %d slots of %d: it did not get its share", r3, len(runs))
+		}
+	})
+}
+
+// claimCounter counts the live claims replicas send: at their slot's time,
+// or later.
+type claimCounter struct {
+	mu          sync.Mutex
+	early, late int
+}
+
+func (c *claimCounter) wrap(s *slotstore.Store) scheduler.Claimer { return liveClaimCounter{s, c} }
+
+func (c *claimCounter) reset() { c.mu.Lock(); c.early, c.late = 0, 0; c.mu.Unlock() }
+
+func (c *claimCounter) split() (int, int) { c.mu.Lock(); defer c.mu.Unlock(); return c.early, c.late }
+
+type liveClaimCounter struct {
+	*slotstore.Store
+	c *claimCounter
+}
+
+func (cc liveClaimCounter) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	now := time.Now()
+	cc.c.mu.Lock()
+	for _, c := range claims {
+		if c.Kind != slot.ClaimLive {
+			continue
+		}
+		if now.Equal(c.Slot) {
+			cc.c.early++
+		} else {
+			cc.c.late++
+		}
+	}
+	cc.c.mu.Unlock()
+	return cc.Store.Claim(ctx, claims)
+}
