@@ -9,7 +9,9 @@
 //     that server is touched; it is never flushed.
 //  2. a redis-server process on a free loopback port, with its own directory and
 //     no persistence (--save "" --appendonly no), killed when the test ends;
-//  3. a redis:7 container through testcontainers-go, when a Docker daemon answers;
+//  3. a container through testcontainers-go, when a Docker daemon answers: the
+//     image slotcron/redis:7 (Debian's redis-server; deploy/images/build.sh
+//     builds it with no registry), or REDISTEST_IMAGE, e.g. redis:7;
 //  4. otherwise the test fails with a message naming the three ways to provide
 //     Redis. It never skips.
 //
@@ -335,7 +337,8 @@ func choose(p probes, owned bool) (backend, error) {
 		b.WriteString("  1. REDIS_ADDR=host:port, a Redis the tests may write prefixed keys to\n")
 	}
 	b.WriteString("  2. redis-server on PATH (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)\n")
-	fmt.Fprintf(&b, "  3. a running Docker daemon, for testcontainers-go (it said: %v)", dockerErr)
+	fmt.Fprintf(&b, "  3. a running Docker daemon, for testcontainers-go (it said: %v), and the image %s\n", dockerErr, defaultImage)
+	b.WriteString("     (deploy/images/build.sh redis builds it; or REDISTEST_IMAGE=redis:7 where Docker Hub is reachable)")
 	return 0, errors.New(b.String())
 }
 

@@ -65,7 +65,7 @@ func TestChooseNothingNamesEveryWay(t *testing.T) {
 	if err == nil {
 		t.Fatal("choose found a backend where there is none")
 	}
-	for _, want := range []string{"REDIS_ADDR", "redis-server", "apt-get install redis-server", "Docker", "docker.sock"} {
+	for _, want := range []string{"REDIS_ADDR", "redis-server", "apt-get install redis-server", "Docker", "docker.sock", "slotcron/redis:7", "deploy/images/build.sh"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q:\n%v", want, err)
 		}
