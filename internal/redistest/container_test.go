@@ -1,10 +1,64 @@
 package redistest
 
 import (
+	"context"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
 )
+
+// TestContainerBackend forces the container backend and proves it was taken:
+// the server is a container that docker ps lists, from the configured image,
+// whose mapped port answers PING, and it is gone (not merely stopped) once the
+// test that started it has ended. Where Docker does not answer, or the image
+// is missing, it fails saying what to install or build; it never skips.
+func TestContainerBackend(t *testing.T) {
+	t.Setenv("REDISTEST_BACKEND", "container")
+	var id string
+	t.Run("server", func(t *testing.T) {
+		s := StartOwned(t)
+		c, ok := s.backend.(*container)
+		if !ok {
+			t.Fatalf("backend is %T, want *container", s.backend)
+		}
+		id = c.current().GetContainerID()
+		if id == "" {
+			t.Fatal("the container has no ID")
+		}
+		listed := dockerPS(t, id, false)
+		if len(listed) != 1 {
+			t.Fatalf("docker ps lists %d containers with ID %s, want 1", len(listed), id)
+		}
+		if got, want := listed[0].image, containerImage(); got != want {
+			t.Errorf("container runs image %q, want %q", got, want)
+		}
+		_, port, err := net.SplitHostPort(s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "6379->" + port; !slices.Contains(listed[0].ports, want) {
+			t.Fatalf("Addr %s is not where the container publishes 6379: it publishes %v", s.Addr(), listed[0].ports)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if got, err := s.Client().Ping(ctx).Result(); err != nil || got != "PONG" {
+			t.Fatalf("PING %s = %q, %v; want PONG", s.Addr(), got, err)
+		}
+		t.Logf("container %.12s from %s at %s", id, listed[0].image, s.Addr())
+	})
+	if id == "" {
+		return // the subtest failed before it had a container
+	}
+	if left := dockerPS(t, id, true); len(left) != 0 {
+		t.Fatalf("container %.12s outlived its test: %s", id, left[0].state)
+	}
+}
 
 // TestContainerImageOverride: REDISTEST_IMAGE names the image, and a missing
 // slotcron/ image fails at once with how to build it, instead of a pull that
@@ -35,4 +89,38 @@ func TestContainerImageOverride(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("the missing image took %v to report", d)
 	}
+}
+
+// listed is what docker ps shows of a container: its image, its state, and its
+// published ports as "private->public".
+type listed struct {
+	image, state string
+	ports        []string
+}
+
+// dockerPS is docker ps (with all: docker ps -a) for one container ID.
+func dockerPS(t *testing.T, id string, all bool) []listed {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		t.Fatalf("docker client: %v", err)
+	}
+	defer cli.Close()
+	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: all, Filters: client.Filters{}.Add("id", id)})
+	if err != nil {
+		t.Fatalf("docker ps: %v", err)
+	}
+	var out []listed
+	for _, c := range res.Items {
+		l := listed{image: c.Image, state: string(c.State)}
+		for _, p := range c.Ports {
+			if p.PublicPort != 0 {
+				l.ports = append(l.ports, strconv.Itoa(int(p.PrivatePort))+"->"+strconv.Itoa(int(p.PublicPort)))
+			}
+		}
+		out = append(out, l)
+	}
+	return out
 }
