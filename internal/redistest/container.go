@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -103,8 +104,8 @@ func startContainer() (*container, error) {
 	return ct, nil
 }
 
-// runContainer starts a Redis container whose 6379 is published on hostPort,
-// or on a port Docker picks when hostPort is "".
+// runContainer starts a Redis container whose 6379 is published on hostPort
+// of the Docker host, or on a port Docker picks when hostPort is "".
 func runContainer(ctx context.Context, image, hostPort string) (*testcontainers.DockerContainer, error) {
 	opts := []testcontainers.ContainerCustomizer{
 		testcontainers.WithExposedPorts("6379/tcp"),
@@ -118,13 +119,18 @@ func runContainer(ctx context.Context, image, hostPort string) (*testcontainers.
 		// reachableHost); Start then PINGs the address chosen here.
 		testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections")),
 	}
-	if hostPort != "" {
-		opts = append(opts, testcontainers.WithHostConfigModifier(func(hc *dockercontainer.HostConfig) {
-			hc.PortBindings = network.PortMap{
-				network.MustParsePort("6379/tcp"): {{HostPort: hostPort}},
-			}
-		}))
+	// Published on IPv4 only. Docker picks the IPv4 and the IPv6 port of a
+	// binding apart, so they drift (0.0.0.0:32905 and [::]:32881); Restart
+	// asking for the IPv4 port on both could then find the IPv6 one taken by
+	// another container ("Bind for :::32837 failed: port is already allocated").
+	if hostPort == "" {
+		hostPort = "0" // Docker picks
 	}
+	opts = append(opts, testcontainers.WithHostConfigModifier(func(hc *dockercontainer.HostConfig) {
+		hc.PortBindings = network.PortMap{
+			network.MustParsePort("6379/tcp"): {{HostIP: netip.IPv4Unspecified(), HostPort: hostPort}},
+		}
+	}))
 	c, err := testcontainers.Run(ctx, image, opts...)
 	if err != nil {
 		if c != nil {

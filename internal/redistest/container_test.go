@@ -15,8 +15,8 @@ import (
 
 // TestContainerBackend forces the container backend and proves it was taken:
 // the server is a container that docker ps lists, from the configured image,
-// whose mapped port answers PING, and it is gone (not merely stopped) once the
-// test that started it has ended. Where Docker does not answer, or the image
+// whose mapped port answers PING; Restart replaces it on the same address; and
+// it is gone (not merely stopped) once the test that started it has ended. Where Docker does not answer, or the image
 // is missing, it fails saying what to install or build; it never skips.
 func TestContainerBackend(t *testing.T) {
 	t.Setenv("REDISTEST_BACKEND", "container")
@@ -51,6 +51,26 @@ func TestContainerBackend(t *testing.T) {
 			t.Fatalf("PING %s = %q, %v; want PONG", s.Addr(), got, err)
 		}
 		t.Logf("container %.12s from %s at %s", id, listed[0].image, s.Addr())
+
+		// Restart, while it runs, replaces the container on the same address.
+		addr := s.Addr()
+		s.Restart()
+		first := id
+		id = c.current().GetContainerID()
+		if id == first {
+			t.Fatal("Restart kept the container")
+		}
+		if left := dockerPS(t, first, true); len(left) != 0 {
+			t.Errorf("the container before Restart is still there: %s", left[0].state)
+		}
+		if s.Addr() != addr {
+			t.Fatalf("Restart moved the server from %s to %s", addr, s.Addr())
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if got, err := s.Client().Ping(ctx).Result(); err != nil || got != "PONG" {
+			t.Fatalf("PING %s after Restart = %q, %v; want PONG", s.Addr(), got, err)
+		}
 	})
 	if id == "" {
 		return // the subtest failed before it had a container
