@@ -2,22 +2,56 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
+	dockercontainer "github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 )
 
-// containerImage is the image used when neither REDIS_ADDR nor redis-server is there.
-const containerImage = "redis:7-alpine"
+// defaultImage is the container backend's image: Debian bookworm's
+// redis-server, built on this machine by deploy/images/build.sh, because our CI
+// reaches no registry. REDISTEST_IMAGE overrides it, e.g. REDISTEST_IMAGE=redis:7
+// where Docker Hub is reachable.
+const defaultImage = "slotcron/redis:7"
+
+func containerImage() string {
+	if image := os.Getenv("REDISTEST_IMAGE"); image != "" {
+		return image
+	}
+	return defaultImage
+}
+
+// withoutReaper turns testcontainers-go's reaper (Ryuk) off, unless
+// TESTCONTAINERS_RYUK_DISABLED already says what to do. Ryuk runs from its own
+// image, testcontainers/ryuk, which can't be pulled where no registry answers,
+// and then every container start fails on it. Each Server terminates its
+// container in its test's Cleanup, so the reaper only matters for a test
+// binary that is killed (SIGKILL, a -timeout panic): its containers are left
+// running. They carry the label org.testcontainers=true; remove them with
+// docker rm -f $(docker ps -q --filter label=org.testcontainers=true).
+// testcontainers-go reads its configuration once per process, so this runs
+// before each of its entry points here.
+var withoutReaper = sync.OnceFunc(func() {
+	if _, set := os.LookupEnv("TESTCONTAINERS_RYUK_DISABLED"); !set {
+		_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	}
+})
 
 // dockerAnswers reports nil when a Docker daemon answers within a few seconds.
 // testcontainers-go panics in some set-ups with no Docker host at all; that is
 // an answer too ("no"), not a crash of the test binary.
 func dockerAnswers() (err error) {
+	withoutReaper()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("no Docker host: %v", r)
@@ -35,42 +69,140 @@ func dockerAnswers() (err error) {
 }
 
 // container is a Redis in a Docker container, started by testcontainers-go.
+// Restart replaces the container with a new one published on the same host
+// port, so that the server keeps its address, as a restarted process does.
 type container struct {
-	c *testcontainers.DockerContainer
+	image string
+	host  string // where its published port answers from here; see reachableHost
 
 	mu   sync.Mutex
+	c    *testcontainers.DockerContainer
 	addr string
 }
 
 func startContainer() (*container, error) {
+	withoutReaper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := testcontainers.Run(ctx, containerImage,
-		testcontainers.WithExposedPorts("6379/tcp"),
-		testcontainers.WithCmd("redis-server", "--save", "", "--appendonly", "no"),
-		testcontainers.WithWaitStrategy(wait.ForListeningPort("6379/tcp")),
-	)
-	if err != nil {
-		if c != nil {
-			_ = c.Terminate(context.Background())
-		}
-		return nil, fmt.Errorf("start %s container: %w", containerImage, err)
+	image := containerImage()
+	if err := imageIsHere(ctx, image); err != nil {
+		return nil, err
 	}
-	ct := &container{c: c}
-	if err := ct.refreshAddr(ctx); err != nil {
+	c, err := runContainer(ctx, image, "")
+	if err != nil {
+		return nil, err
+	}
+	ct := &container{image: image, c: c}
+	if ct.host, err = reachableHost(ctx, c); err != nil {
+		_ = c.Terminate(context.Background())
+		return nil, err
+	}
+	if err := ct.refreshAddr(ctx, c); err != nil {
 		_ = c.Terminate(context.Background())
 		return nil, err
 	}
 	return ct, nil
 }
 
-func (c *container) refreshAddr(ctx context.Context) error {
-	addr, err := c.c.PortEndpoint(ctx, "6379/tcp", "")
+// runContainer starts a Redis container whose 6379 is published on hostPort
+// of the Docker host, or on a port Docker picks when hostPort is "".
+func runContainer(ctx context.Context, image, hostPort string) (*testcontainers.DockerContainer, error) {
+	opts := []testcontainers.ContainerCustomizer{
+		testcontainers.WithExposedPorts("6379/tcp"),
+		// The command is the whole of it, so that any redis image behaves the
+		// same: every interface and no protected mode, or the published port
+		// (a connection from outside the container) is refused; no persistence.
+		testcontainers.WithCmd("redis-server", "--protected-mode", "no", "--bind", "0.0.0.0",
+			"--save", "", "--appendonly", "no"),
+		// Redis's own log line needs no guess at where the published port
+		// answers (wait.ForListeningPort dials testcontainers-go's guess, see
+		// reachableHost); Start then PINGs the address chosen here.
+		testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections")),
+	}
+	// Published on IPv4 only. Docker picks the IPv4 and the IPv6 port of a
+	// binding apart, so they drift (0.0.0.0:32905 and [::]:32881); Restart
+	// asking for the IPv4 port on both could then find the IPv6 one taken by
+	// another container ("Bind for :::32837 failed: port is already allocated").
+	if hostPort == "" {
+		hostPort = "0" // Docker picks
+	}
+	opts = append(opts, testcontainers.WithHostConfigModifier(func(hc *dockercontainer.HostConfig) {
+		hc.PortBindings = network.PortMap{
+			network.MustParsePort("6379/tcp"): {{HostIP: netip.IPv4Unspecified(), HostPort: hostPort}},
+		}
+	}))
+	c, err := testcontainers.Run(ctx, image, opts...)
+	if err != nil {
+		if c != nil {
+			_ = c.Terminate(context.Background())
+		}
+		return nil, fmt.Errorf("start %s container: %w", image, err)
+	}
+	return c, nil
+}
+
+// reachableHost returns the host on which the container's published 6379
+// accepts a connection from here: the one testcontainers-go reports, else the
+// loopback. With a local socket and a /.dockerenv file, testcontainers-go
+// takes the tests to run in a container beside the daemon and reports the
+// default gateway. Where the daemon runs inside that same container (our CI
+// machine: a sandbox with its own dockerd), the ports are on the loopback and
+// the gateway never answers. TESTCONTAINERS_HOST_OVERRIDE, when set, is what
+// testcontainers-go reports.
+func reachableHost(ctx context.Context, c *testcontainers.DockerContainer) (string, error) {
+	endpoint, err := c.PortEndpoint(ctx, "6379/tcp", "")
+	if err != nil {
+		return "", fmt.Errorf("container address: %w", err)
+	}
+	host, port, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return "", fmt.Errorf("container address %q: %w", endpoint, err)
+	}
+	var errs []error
+	for _, h := range []string{host, "127.0.0.1"} {
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(h, port), 2*time.Second)
+		if err == nil {
+			_ = conn.Close()
+			return h, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", fmt.Errorf("the container's port 6379, published on %s, does not answer here (%w); "+
+		"set TESTCONTAINERS_HOST_OVERRIDE to the host where Docker publishes ports", port, errors.Join(errs...))
+}
+
+// imageIsHere fails at once, saying how to build it, when one of our own
+// slotcron/ images is missing: no registry has them, and testcontainers-go
+// would try to pull it. Any other image is left to testcontainers-go to pull.
+func imageIsHere(ctx context.Context, image string) error {
+	if !strings.HasPrefix(image, "slotcron/") {
+		return nil
+	}
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	images, err := cli.ImageList(ctx, client.ImageListOptions{Filters: client.Filters{}.Add("reference", image)})
+	if err != nil {
+		return fmt.Errorf("look for image %s: %w", image, err)
+	}
+	if len(images.Items) == 0 {
+		return fmt.Errorf("image %s is not on this machine: build it with deploy/images/build.sh redis, "+
+			"or set REDISTEST_IMAGE=redis:7 where Docker Hub is reachable", image)
+	}
+	return nil
+}
+
+// refreshAddr records where c, now the server's container, is published.
+func (c *container) refreshAddr(ctx context.Context, dc *testcontainers.DockerContainer) error {
+	port, err := dc.MappedPort(ctx, "6379/tcp")
 	if err != nil {
 		return fmt.Errorf("container address: %w", err)
 	}
 	c.mu.Lock()
-	c.addr = addr
+	c.c = dc
+	c.addr = net.JoinHostPort(c.host, port.Port())
 	c.mu.Unlock()
 	return nil
 }
@@ -81,24 +213,34 @@ func (c *container) address() string {
 	return c.addr
 }
 
-func (c *container) stop() error {
-	d := time.Duration(0)
-	return c.c.Stop(context.Background(), &d)
+func (c *container) current() *testcontainers.DockerContainer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.c
 }
 
-// restart starts a fresh server. Docker may map a new host port; Server.Addr
-// reports the current one.
+func (c *container) stop() error {
+	d := time.Duration(0)
+	return c.current().Stop(context.Background(), &d)
+}
+
+// restart removes the container and starts a new one on the same host port:
+// a stopped container that is started again gets a new port from Docker.
 func (c *container) restart() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d := time.Duration(0)
-	if err := c.c.Stop(ctx, &d); err != nil {
+	_, port, err := net.SplitHostPort(c.address())
+	if err != nil {
 		return err
 	}
-	if err := c.c.Start(ctx); err != nil {
+	if err := c.current().Terminate(ctx); err != nil {
 		return err
 	}
-	return c.refreshAddr(ctx)
+	dc, err := runContainer(ctx, c.image, port)
+	if err != nil {
+		return fmt.Errorf("on the same port %s: %w", port, err)
+	}
+	return c.refreshAddr(ctx, dc)
 }
 
 func (c *container) docker(f func(context.Context, *testcontainers.DockerClient, string) error) error {
@@ -109,7 +251,7 @@ func (c *container) docker(f func(context.Context, *testcontainers.DockerClient,
 		return err
 	}
 	defer cli.Close()
-	return f(ctx, cli, c.c.GetContainerID())
+	return f(ctx, cli, c.current().GetContainerID())
 }
 
 func (c *container) pause() error {
@@ -126,4 +268,4 @@ func (c *container) resume() error {
 	})
 }
 
-func (c *container) close() { _ = c.c.Terminate(context.Background()) }
+func (c *container) close() { _ = c.current().Terminate(context.Background()) }

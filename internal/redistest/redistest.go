@@ -9,9 +9,15 @@
 //     that server is touched; it is never flushed.
 //  2. a redis-server process on a free loopback port, with its own directory and
 //     no persistence (--save "" --appendonly no), killed when the test ends;
-//  3. a redis:7 container through testcontainers-go, when a Docker daemon answers;
+//  3. a container through testcontainers-go, when a Docker daemon answers: the
+//     image slotcron/redis:7 (Debian's redis-server; deploy/images/build.sh
+//     builds it with no registry), or REDISTEST_IMAGE, e.g. redis:7;
 //  4. otherwise the test fails with a message naming the three ways to provide
 //     Redis. It never skips.
+//
+// REDISTEST_BACKEND=process or REDISTEST_BACKEND=container replaces steps 2
+// and 3: every server this package starts is of that kind, and when it can't
+// be had the test fails saying what to install. REDIS_ADDR still serves Start.
 //
 // StartOwned skips step 1: use it for tests that stop, restart or pause the
 // server, which a shared server does not allow.
@@ -314,11 +320,30 @@ func systemProbes() probes {
 	return probes{getenv: os.Getenv, lookPath: exec.LookPath, docker: dockerAnswers}
 }
 
-// choose picks the backend in the documented order, or returns the error that
-// names every way to provide Redis.
+// choose picks the backend in the documented order, or the one that
+// REDISTEST_BACKEND names, or returns the error that names every way to
+// provide Redis.
 func choose(p probes, owned bool) (backend, error) {
 	if !owned && p.getenv("REDIS_ADDR") != "" {
 		return backendShared, nil
+	}
+	switch forced := p.getenv("REDISTEST_BACKEND"); forced {
+	case "":
+	case "process":
+		if _, err := p.lookPath("redis-server"); err != nil {
+			return 0, fmt.Errorf("redistest: REDISTEST_BACKEND=process, but redis-server is not on PATH (%v); "+
+				"install it (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)", err)
+		}
+		return backendProcess, nil
+	case "container":
+		if err := p.docker(); err != nil {
+			return 0, fmt.Errorf("redistest: REDISTEST_BACKEND=container, but no Docker daemon answers (%v); "+
+				"install and start Docker (Debian/Ubuntu: apt-get install docker.io; macOS: Docker Desktop), "+
+				"then build the image: deploy/images/build.sh redis", err)
+		}
+		return backendContainer, nil
+	default:
+		return 0, fmt.Errorf("redistest: REDISTEST_BACKEND=%q: want process, container, or unset for the usual order", forced)
 	}
 	if _, err := p.lookPath("redis-server"); err == nil {
 		return backendProcess, nil
@@ -335,7 +360,8 @@ func choose(p probes, owned bool) (backend, error) {
 		b.WriteString("  1. REDIS_ADDR=host:port, a Redis the tests may write prefixed keys to\n")
 	}
 	b.WriteString("  2. redis-server on PATH (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)\n")
-	fmt.Fprintf(&b, "  3. a running Docker daemon, for testcontainers-go (it said: %v)", dockerErr)
+	fmt.Fprintf(&b, "  3. a running Docker daemon, for testcontainers-go (it said: %v), and the image %s\n", dockerErr, defaultImage)
+	b.WriteString("     (deploy/images/build.sh redis builds it; or REDISTEST_IMAGE=redis:7 where Docker Hub is reachable)")
 	return 0, errors.New(b.String())
 }
 

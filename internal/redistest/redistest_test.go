@@ -13,13 +13,12 @@ import (
 )
 
 func fakeProbes(env string, hasRedisServer bool, dockerErr error) probes {
+	return fakeProbesEnv(map[string]string{"REDIS_ADDR": env}, hasRedisServer, dockerErr)
+}
+
+func fakeProbesEnv(env map[string]string, hasRedisServer bool, dockerErr error) probes {
 	return probes{
-		getenv: func(k string) string {
-			if k == "REDIS_ADDR" {
-				return env
-			}
-			return ""
-		},
+		getenv: func(k string) string { return env[k] },
 		lookPath: func(string) (string, error) {
 			if hasRedisServer {
 				return "/usr/bin/redis-server", nil
@@ -60,12 +59,59 @@ func TestChooseOrder(t *testing.T) {
 	}
 }
 
+// TestChooseForced: REDISTEST_BACKEND takes its backend over the usual order
+// (REDIS_ADDR still serves Start), and fails, naming what to install, when
+// that backend is missing.
+func TestChooseForced(t *testing.T) {
+	noDocker := errors.New("Cannot connect to the Docker daemon")
+	const unset = backend(-1) // an error is wanted
+	tests := []struct {
+		name             string
+		env              map[string]string
+		server           bool
+		dockerErr        error
+		wantStart, owned backend
+		wantErr          []string // what the error must mention
+	}{
+		{"container over redis-server", map[string]string{"REDISTEST_BACKEND": "container"}, true, nil, backendContainer, backendContainer, nil},
+		{"REDIS_ADDR still serves Start", map[string]string{"REDISTEST_BACKEND": "container", "REDIS_ADDR": "10.0.0.1:6379"}, true, nil, backendShared, backendContainer, nil},
+		{"process over docker", map[string]string{"REDISTEST_BACKEND": "process"}, true, nil, backendProcess, backendProcess, nil},
+		{"container without docker", map[string]string{"REDISTEST_BACKEND": "container"}, true, noDocker, unset, unset,
+			[]string{"REDISTEST_BACKEND=container", "Cannot connect", "apt-get install docker.io", "deploy/images/build.sh redis"}},
+		{"process without redis-server", map[string]string{"REDISTEST_BACKEND": "process"}, false, nil, unset, unset,
+			[]string{"REDISTEST_BACKEND=process", "apt-get install redis-server"}},
+		{"unknown", map[string]string{"REDISTEST_BACKEND": "docker"}, true, nil, unset, unset,
+			[]string{`REDISTEST_BACKEND="docker"`, "process, container"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for owned, want := range map[bool]backend{false: tt.wantStart, true: tt.owned} {
+				got, err := choose(fakeProbesEnv(tt.env, tt.server, tt.dockerErr), owned)
+				if want != unset {
+					if err != nil || got != want {
+						t.Errorf("owned=%v: choose = %d, %v; want %d", owned, got, err, want)
+					}
+					continue
+				}
+				if err == nil {
+					t.Fatalf("owned=%v: choose = %d, want an error", owned, got)
+				}
+				for _, w := range tt.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("owned=%v: error does not mention %q:\n%v", owned, w, err)
+					}
+				}
+			}
+		})
+	}
+}
+
 func TestChooseNothingNamesEveryWay(t *testing.T) {
 	_, err := choose(fakeProbes("", false, errors.New("dial unix /var/run/docker.sock: no such file")), false)
 	if err == nil {
 		t.Fatal("choose found a backend where there is none")
 	}
-	for _, want := range []string{"REDIS_ADDR", "redis-server", "apt-get install redis-server", "Docker", "docker.sock"} {
+	for _, want := range []string{"REDIS_ADDR", "redis-server", "apt-get install redis-server", "Docker", "docker.sock", "slotcron/redis:7", "deploy/images/build.sh"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q:\n%v", want, err)
 		}
