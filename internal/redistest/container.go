@@ -7,6 +7,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -187,9 +190,38 @@ func imageIsHere(ctx context.Context, image string) error {
 	if err != nil {
 		return fmt.Errorf("look for image %s: %w", image, err)
 	}
+	if len(images.Items) == 0 && image == defaultImage {
+		// A fresh machine: build it, as .ci/run would, so that the README's
+		// test command passes there too (about a minute, once).
+		return buildImage(image)
+	}
 	if len(images.Items) == 0 {
 		return fmt.Errorf("image %s is not on this machine: build it with deploy/images/build.sh redis, "+
 			"or set REDISTEST_IMAGE=redis:7 where Docker Hub is reachable", image)
+	}
+	return nil
+}
+
+// buildOnce builds the default image at most once per test binary.
+var buildOnce = sync.OnceValue(func() error {
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "images", "build.sh")
+	if _, err := os.Stat(script); err != nil {
+		return fmt.Errorf("no %s to build it with: %w", script, err)
+	}
+	fmt.Fprintf(os.Stderr, "redistest: image %s is not on this machine: building it with %s (about a minute, once)\n", defaultImage, script)
+	cmd := exec.Command(script, "debian-base", "redis")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s debian-base redis: %w\n%s", script, err, out)
+	}
+	return nil
+})
+
+func buildImage(image string) error {
+	if err := buildOnce(); err != nil {
+		return fmt.Errorf("image %s is not on this machine, and building it failed (it needs root, debootstrap and Debian's "+
+			"mirror; or set REDISTEST_IMAGE=redis:7 where Docker Hub is reachable): %w", image, err)
 	}
 	return nil
 }
