@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
 # Runs BenchmarkDispatch (100 jobs due every second, 10 ticks) ROUNDS times
-# with 1 replica, then ROUNDS times with 5, and prints the median of each
-# figure with its range.
+# for each of: 1 and 5 replicas, routing race and spread; the rounds of the
+# four cases interleave (go test -count runs each case's rounds in turn, so
+# this runs -count 1, ROUNDS times). Prints the median of each figure with
+# its range, the cases side by side.
 #
-#   bench/dispatch.sh             # 7 rounds, about 3 minutes
+#   bench/dispatch.sh             # 7 rounds, about 5 minutes
 #   ROUNDS=3 bench/dispatch.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-7}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-go test -run '^$' -bench Dispatch -benchtime 1x -count "$rounds" ./scheduler | tee /dev/stderr | grep '^BenchmarkDispatch' >"$out"
+go test -c -o "$out.test" ./scheduler
+for ((i = 1; i <= rounds; i++)); do
+  (cd scheduler && "$out.test" -test.run '^$' -test.bench Dispatch -test.benchtime 1x) | grep '^BenchmarkDispatch' | tee -a "$out" >&2
+done
+rm -f "$out.test"
 
 echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(redis-server --version | awk '{ print $3 }')"
 echo "median of $rounds rounds (100 jobs due per tick, 10 ticks per round, replicas and Redis on this machine):"
 for replicas in 1 5; do
-  for metric in p50-ms p99-ms max-ms claim-trips/tick/replica check-trips/tick/replica go-cpu-ms/tick redis-cpu-ms/tick go-allocs/tick; do
-    grep "replicas=$replicas-" "$out" | awk -v m="$metric" '{ for (i = 1; i <= NF; i++) if ($i == m) print $(i-1) }' | sort -n |
-      awk -v r="$replicas" -v m="$metric" '{ v[NR] = $1 } END { med = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "  replicas=%d  %-26s %9.3f   (min %.3f, max %.3f)\n", r, m, med, v[1], v[NR] }'
+  for routing in race spread; do
+    echo "replicas=$replicas routing=$routing"
+    for metric in p50-ms p99-ms max-ms redis-cpu-us/slot redis-cpu-ms/tick go-cpu-ms/tick min-share-% max-share-% claim-trips/tick/replica check-trips/tick/replica go-allocs/tick; do
+      grep "replicas=$replicas/routing=$routing-" "$out" | awk -v m="$metric" '{ for (i = 1; i <= NF; i++) if ($i == m) print $(i-1) }' | sort -n |
+        awk -v m="$metric" '{ v[NR] = $1 } END { if (NR == 0) exit; med = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "  %-26s %9.3f   (min %.3f, max %.3f)\n", m, med, v[1], v[NR] }'
+    done
   done
 done

@@ -82,11 +82,13 @@ var statsOut = os.Getenv("BENCH_REDIS_STATS")
 //	go test -run '^$' -bench Dispatch -benchtime 1x ./scheduler
 func BenchmarkDispatch(b *testing.B) {
 	for _, replicas := range []int{1, 5} {
-		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) { benchDispatch(b, replicas) })
+		for _, routing := range []scheduler.Routing{scheduler.RoutingRace, scheduler.RoutingSpread} {
+			b.Run(fmt.Sprintf("replicas=%d/routing=%s", replicas, routing), func(b *testing.B) { benchDispatch(b, replicas, routing) })
+		}
 	}
 }
 
-func benchDispatch(b *testing.B, replicas int) {
+func benchDispatch(b *testing.B, replicas int, routing scheduler.Routing) {
 	const njobs, ticks = 100, 10
 	for range b.N {
 		srv := redistest.Start(b)
@@ -94,13 +96,17 @@ func benchDispatch(b *testing.B, replicas int) {
 		var (
 			mu     sync.Mutex
 			delays []time.Duration
+			ran    = map[string]int{} // runs per replica
 		)
-		first := time.Now().Add(1500 * time.Millisecond).Truncate(time.Second).Add(time.Second)
+		// Every replica has heartbeated (every 1s here) with all the others
+		// live before the first counted tick: spread routing sees them all.
+		first := time.Now().Add(3500 * time.Millisecond).Truncate(time.Second).Add(time.Second)
 		fn := func(ctx context.Context, run jobs.Run) error {
 			d := time.Since(run.Slot)
 			if !run.Slot.Before(first) && run.Slot.Before(first.Add(ticks*time.Second)) {
 				mu.Lock()
 				delays = append(delays, d)
+				ran[run.Replica]++
 				mu.Unlock()
 			}
 			return nil
@@ -110,7 +116,7 @@ func benchDispatch(b *testing.B, replicas int) {
 		for i := range njobs {
 			name := fmt.Sprintf("job%03d", i)
 			reg.Register(name, fn)
-			table = append(table, scheduler.Job{Name: name, Schedule: "@every 1s", LeaseTTL: 2 * time.Second})
+			table = append(table, scheduler.Job{Name: name, Schedule: "@every 1s", LeaseTTL: 2 * time.Second, Routing: routing})
 		}
 		var counters []*countingClaimer
 		var stops []func()
@@ -120,7 +126,8 @@ func benchDispatch(b *testing.B, replicas int) {
 			slots, _ := slotstore.New(rdb, prefix)
 			cc := &countingClaimer{Store: slots}
 			counters = append(counters, cc)
-			s, err := scheduler.New(cc, reg, scheduler.WithJobs(table...), scheduler.WithReplicaID(fmt.Sprint("r", r)))
+			s, err := scheduler.New(cc, reg, scheduler.WithJobs(table...), scheduler.WithReplicaID(fmt.Sprint("r", r)),
+				scheduler.WithHeartbeatEvery(time.Second))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -170,6 +177,14 @@ func benchDispatch(b *testing.B, replicas int) {
 		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e6/ticks, "redis-cpu-ms/tick")
 		b.ReportMetric(float64(mallocs1-mallocs0)/ticks, "go-allocs/tick")
 		b.ReportMetric(float64(checkTrips)/float64(replicas*ticks), "check-trips/tick/replica")
+		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e3/(njobs*ticks), "redis-cpu-us/slot")
+		lo, hi := njobs*ticks, 0
+		for r := range replicas {
+			n := ran[fmt.Sprint("r", r)]
+			lo, hi = min(lo, n), max(hi, n)
+		}
+		b.ReportMetric(100*float64(lo)/(njobs*ticks), "min-share-%")
+		b.ReportMetric(100*float64(hi)/(njobs*ticks), "max-share-%")
 		mu.Unlock()
 		_ = checkBatches
 	}

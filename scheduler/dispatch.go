@@ -82,7 +82,7 @@ func (r *runner) dispatch(ctx context.Context, now time.Time) {
 				if hedge == 0 {
 					hedge = r.s.hedge()
 				}
-				p.due = n.Add(hedge)
+				p.due, p.hedged = n.Add(hedge), true
 				heap.Push(&r.queue, p)
 				continue
 			}
@@ -167,8 +167,15 @@ func (r *runner) refuse(now time.Time, batch []*pending, offset time.Duration) {
 	}
 }
 
-// send claims a batch in one round trip and acts on each answer.
+// send claims a batch in one round trip and acts on each answer. Hedged
+// claims whose slots have a record by now (their preferred replica claimed
+// them) are not sent: they are lost, as a claim would say, for a read of
+// the record's state, one more round trip for the batch.
 func (r *runner) send(ctx context.Context, batch []*pending) {
+	batch = r.peekHedged(ctx, batch)
+	if len(batch) == 0 {
+		return
+	}
 	claims := make([]slot.Claim, len(batch))
 	for i, p := range batch {
 		claims[i] = p.claim
@@ -322,4 +329,46 @@ func (r *runner) nextCatchup(now time.Time, j *jobState) {
 	}
 	r.catchup[j] = rest[1:]
 	r.push(now, j, r.claim(slot.ClaimCatchup, j, rest[0]))
+}
+
+// peekHedged reads the records of the batch's hedged claims, applies a lost
+// answer to those that have one, and returns the rest. When the read
+// fails, every claim goes out: the claim decides anyway.
+func (r *runner) peekHedged(ctx context.Context, batch []*pending) []*pending {
+	var hedged []slot.Claim
+	for _, p := range batch {
+		if p.hedged {
+			hedged = append(hedged, p.claim)
+		}
+	}
+	if len(hedged) == 0 {
+		return batch
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+	recs, err := r.s.claimer.Peek(pctx, hedged)
+	cancel()
+	if err != nil {
+		return batch
+	}
+	now := r.clock.Now()
+	rest := batch[:0:0]
+	i := 0
+	for _, p := range batch {
+		if !p.hedged {
+			rest = append(rest, p)
+			continue
+		}
+		rec := recs[i]
+		i++
+		if rec.State == "" {
+			rest = append(rest, p)
+			continue
+		}
+		r.s.tel.claimed(p.job.Name, string(slot.OutcomeLost))
+		res := slot.Result{Outcome: slot.OutcomeLost, Holder: rec.Owner, State: rec.State, Wait: -1}
+		if d := decide(p.claim, res, r.self); !d.watch.isZero() {
+			r.watch(now, p.job, d.watch, d.watchWait)
+		}
+	}
+	return rest
 }

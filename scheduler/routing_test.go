@@ -58,17 +58,25 @@ const hedge = 40 * time.Millisecond
 // seen each other (one heartbeat), each slot is claimed first by its
 // preferred replica, at the slot's time, and won by it: every run starts
 // with no delay (the others would claim a hedge later), and each replica
-// runs a fifth of the slots.
+// runs a fifth of the slots. The others, a hedge later, find the record
+// with a plain read and send no claim.
 func TestSpreadRouting(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		l := &runLog{runs: map[int64][]ran{}}
 		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
 		ids := []string{"r1", "r2", "r3", "r4", "r5"}
+		claims := &claimCounter{}
 		for _, id := range ids {
-			h.start(id, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+			h.startWith(id, replicaOpts{claimer: claims.wrap}, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
 		}
 		from := nextSecond(0).Add(10 * time.Second) // every replica has heartbeated since all started
 		to := from.Add(300 * time.Second)
+		sleepUntil(from.Add(-500 * time.Millisecond))
+		claims.reset()
+		sleepUntil(to.Add(-500 * time.Millisecond))
+		if early, late := claims.split(); early != 300 || late != 0 {
+			t.Errorf("%d live claims at the slots' time and %d later, want 300 (one per slot) and 0", early, late)
+		}
 		sleepUntil(to.Add(time.Second))
 		synctest.Wait()
 		per := map[string]int{}

@@ -28,6 +28,9 @@ type Claimer interface {
 	JobStates(ctx context.Context, jobs []string) (map[string]slot.JobState, error)
 	// Probe returns Redis's clock and the deployment's epoch.
 	Probe(ctx context.Context) (slot.Probe, error)
+	// Peek reads the records of the claims' slots (state and owner; a zero
+	// Record for a slot with none), in one round trip, changing nothing.
+	Peek(ctx context.Context, claims []slot.Claim) ([]slot.Record, error)
 	// Heartbeat publishes this replica and returns the live replicas (and
 	// other deployments); an error wrapping slot.ErrDuplicateReplica when
 	// another live process has its ID.

@@ -45,6 +45,9 @@ func (l *scriptedLease) TTL() time.Duration       { return l.c.LeaseTTL }
 func (l *scriptedLease) Context() context.Context { return l.ctx }
 func (l *scriptedLease) Deadline() time.Time      { return time.Now().Add(l.c.LeaseTTL) }
 
+func (s *scripted) Peek(_ context.Context, claims []slot.Claim) ([]slot.Record, error) {
+	return make([]slot.Record, len(claims)), nil // no record: every claim goes out
+}
 func (s *scripted) Prepare(context.Context) error { return nil }
 func (s *scripted) Probe(context.Context) (slot.Probe, error) {
 	return slot.Probe{Now: time.Now().Add(s.skew), Epoch: "scripted"}, nil

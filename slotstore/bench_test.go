@@ -15,8 +15,9 @@ import (
 )
 
 // BenchmarkClaimBatch claims one slot of each of 100 jobs in one Claim (one
-// script call), first as the winner, then as a loser, then finishes the
-// runs (not measured). It reports what
+// script call), first as the winner, then as a loser, then peeks at the
+// records as a hedged claim does (Peek: one HMGET per slot, pipelined),
+// then finishes the runs (not measured). It reports what
 // Redis spent running the script, per claim (INFO commandstats, on a server
 // of its own). Calls run back to back here, with Redis's caches warm; a
 // scheduler ticking once a second finds them colder and pays more.
@@ -41,6 +42,33 @@ func BenchmarkClaimBatch(b *testing.B) {
 		return claims
 	}
 	var leases []slot.Lease
+	// commandTime returns Redis's time in cmd since the last reset.
+	commandTime := func(cmd string) time.Duration {
+		stats, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, line, ok := strings.Cut(stats, "cmdstat_"+cmd+":")
+		_, usec, _ := strings.Cut(line, "usec=")
+		usec, _, _ = strings.Cut(usec, ",")
+		n, err := strconv.ParseInt(usec, 10, 64)
+		if !ok || err != nil {
+			b.Fatalf("no %s time in INFO commandstats: %q", cmd, stats)
+		}
+		return time.Duration(n) * time.Microsecond
+	}
+	// peekTime peeks at the claims' records (what a hedged claim does
+	// first) and returns Redis's time in HMGET for them.
+	peekTime := func(claims []slot.Claim) time.Duration {
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		recs, err := s.Peek(ctx, claims)
+		if err != nil || recs[0].State != slot.StateRunning {
+			b.Fatalf("peek: %+v %v", recs, err)
+		}
+		return commandTime("hmget")
+	}
 	// scriptTime runs claims and returns Redis's time in EVALSHA for them.
 	scriptTime := func(claims []slot.Claim, want slot.Outcome) time.Duration {
 		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
@@ -71,12 +99,13 @@ func BenchmarkClaimBatch(b *testing.B) {
 		}
 		return time.Duration(n) * time.Microsecond
 	}
-	var won, lost time.Duration
+	var won, lost, peeked time.Duration
 	at := time.Unix(1_700_000_000, 0)
 	for b.Loop() {
 		at = at.Add(time.Second)
 		won += scriptTime(batch(at, "r1"), slot.OutcomeWon)
 		lost += scriptTime(batch(at, "r2"), slot.OutcomeLost)
+		peeked += peekTime(batch(at, "r3"))
 		reqs := make([]slot.FinishRequest, len(leases)) // free the job leases for the next slot
 		for i, l := range leases {
 			reqs[i] = slot.FinishRequest{Lease: l, State: slot.StateDone}
@@ -90,6 +119,7 @@ func BenchmarkClaimBatch(b *testing.B) {
 	}
 	b.ReportMetric(float64(won.Microseconds())/float64(b.N*njobs), "redis-us/won-claim")
 	b.ReportMetric(float64(lost.Microseconds())/float64(b.N*njobs), "redis-us/lost-claim")
+	b.ReportMetric(float64(peeked.Microseconds())/float64(b.N*njobs), "redis-us/peek")
 }
 
 // BenchmarkClaimWait is one claim of one slot on a master with one replica,

@@ -173,3 +173,20 @@ func TestManualClaimsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestPeek: a plain read of the slots' records, for hedged claims: the
+// state and owner where there is a record, a zero Record where there is
+// none, for scheduled and manual slots alike.
+func TestPeek(t *testing.T) {
+	_, _, s := newSlots(t)
+	at := time.Unix(1_700_006_000, 0)
+	claimOne(t, s, live("pk", at, "r1"))
+	claimOne(t, s, manual("pk2", "k", "r2"))
+	recs, err := s.Peek(context.Background(), []slot.Claim{live("pk", at, "r3"), live("pk", at.Add(time.Second), "r3"), manual("pk2", "k", "r3")})
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("Peek = %+v, %v", recs, err)
+	}
+	if recs[0].State != slot.StateRunning || recs[0].Owner != "r1" || recs[1].State != "" || recs[2].State != slot.StateRunning || recs[2].Owner != "r2" {
+		t.Fatalf("Peek = %+v", recs)
+	}
+}

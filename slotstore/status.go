@@ -207,3 +207,32 @@ func parseRecord(job string, at int64, h map[string]string) slot.Record {
 	}
 	return rec
 }
+
+// Peek returns the state and owner of the record of each claim's slot (a
+// zero Record when it has none), in one round trip, changing nothing: a
+// plain read, far cheaper for Redis than a claim that finds a record.
+func (s *Store) Peek(ctx context.Context, claims []slot.Claim) ([]slot.Record, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(claims))
+	for i, c := range claims {
+		if err := checkJob(c.Job); err != nil {
+			return nil, err
+		}
+		_, record, _ := s.target(c, false)
+		cmds[i] = pipe.HMGet(ctx, record, "state", "owner")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("slotstore: peeking at %d slot records: %w", len(claims), err)
+	}
+	out := make([]slot.Record, len(claims))
+	for i, c := range claims {
+		out[i] = slot.Record{Job: c.Job, Slot: c.Slot}
+		v := cmds[i].Val()
+		if len(v) == 2 {
+			st, _ := v[0].(string)
+			owner, _ := v[1].(string)
+			out[i].State, out[i].Owner = slot.State(st), owner
+		}
+	}
+	return out, nil
+}
