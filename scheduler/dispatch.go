@@ -345,7 +345,9 @@ func (r *runner) peekHedged(ctx context.Context, batch []*pending) []*pending {
 		return batch
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+	start := time.Now()
 	recs, err := r.s.claimer.Peek(pctx, hedged)
+	done := time.Now()
 	cancel()
 	if err != nil {
 		return batch
@@ -365,6 +367,8 @@ func (r *runner) peekHedged(ctx context.Context, batch []*pending) []*pending {
 			continue
 		}
 		r.s.tel.claimed(p.job.Name, string(slot.OutcomeLost))
+		// The slot's trace shows this replica too: it lost, to the owner.
+		r.s.tel.peekedLost(ctx, p.claim, rec.Owner, start, done)
 		res := slot.Result{Outcome: slot.OutcomeLost, Holder: rec.Owner, State: rec.State, Wait: -1}
 		if d := decide(p.claim, res, r.self); !d.watch.isZero() {
 			r.watch(now, p.job, d.watch, d.watchWait)

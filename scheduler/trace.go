@@ -92,12 +92,21 @@ func (t *telemetry) beginSlots(ctx context.Context, n int, at func(i int) (kind 
 // beginSlot starts the trace of c's slot, in the slot's own trace ID (see
 // IDGenerator), with a root span of kind.
 func (t *telemetry) beginSlot(ctx context.Context, kind string, c slot.Claim) *slotTrace {
+	return t.beginSlotAt(ctx, kind, c, time.Time{})
+}
+
+// beginSlotAt is beginSlot with the root span starting at start (zero: now).
+func (t *telemetry) beginSlotAt(ctx context.Context, kind string, c slot.Claim, start time.Time) *slotTrace {
 	ref := slotRef{prefix: t.prefix, job: c.Job, slot: c.Slot}
 	if c.Manual != nil {
 		ref.manual = c.Manual.ID
 	}
 	ctx = context.WithValue(ctx, slotTraceKey{}, ref)
-	ctx, span := t.tracer.Start(ctx, kind, slotSpanStart...)
+	opts := slotSpanStart
+	if !start.IsZero() {
+		opts = append(slices.Clip(opts), trace.WithTimestamp(start))
+	}
+	ctx, span := t.tracer.Start(ctx, kind, opts...)
 	if span.IsRecording() {
 		span.SetAttributes(attrJob.String(c.Job), attrSlot.String(c.Slot.UTC().Format(time.RFC3339)), attrReplica.String(t.replica))
 		if c.Manual != nil {
@@ -240,4 +249,17 @@ func (st *slotTrace) end(e ending) {
 		span.SetStatus(codes.Error, e.err.Error())
 	}
 	span.End()
+}
+
+// peekedLost is the trace of a hedged claim that a read of its slot's
+// record (Peek, from start to done) settled: lost, to holder. Its root span
+// has a lock.peek child where a claim would have lock.claim.
+func (t *telemetry) peekedLost(ctx context.Context, c slot.Claim, holder string, start, done time.Time) {
+	st := t.beginSlotAt(ctx, "slot", c, start)
+	if st.span.IsRecording() {
+		_, peek := t.tracer.Start(st.ctx, "lock.peek", append(clientSpanStart, trace.WithTimestamp(start))...)
+		peek.SetAttributes(attrOutcome.String(string(slot.OutcomeLost)), attrHolder.String(holder))
+		peek.End(trace.WithTimestamp(done))
+	}
+	st.end(ending{outcome: string(slot.OutcomeLost), holder: holder})
 }

@@ -93,6 +93,7 @@ type JobConfig struct {
 	OnOwnerLost   string        `yaml:"on_owner_lost"`
 	MaxAttempts   int           `yaml:"max_attempts"`
 	Retention     time.Duration `yaml:"retention"`
+	Routing       string        `yaml:"routing"`
 }
 
 // The environment variables that override what differs per replica, so that
@@ -295,6 +296,7 @@ func (jc JobConfig) schedulerJob() scheduler.Job {
 		OnOwnerLost:   scheduler.OwnerLost(jc.OnOwnerLost),
 		MaxAttempts:   jc.MaxAttempts,
 		Retention:     jc.Retention,
+		Routing:       scheduler.Routing(jc.Routing),
 	}
 }
 
@@ -319,7 +321,7 @@ func (c *Config) resolved() ([]byte, error) {
 		j := jc.schedulerJob().WithDefaults(c.Lease.TTL)
 		shown.Jobs[i] = JobConfig{Name: j.Name, Schedule: j.Schedule, Timeout: j.Timeout, Overlap: string(j.Overlap),
 			MisfireGrace: j.MisfireGrace, Catchup: string(j.Catchup), CatchupWindow: j.CatchupWindow,
-			OnOwnerLost: string(j.OnOwnerLost), MaxAttempts: j.MaxAttempts, Retention: j.Retention}
+			OnOwnerLost: string(j.OnOwnerLost), MaxAttempts: j.MaxAttempts, Retention: j.Retention, Routing: string(j.Routing)}
 	}
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
