@@ -89,7 +89,28 @@ func BenchmarkDispatch(b *testing.B) {
 }
 
 func benchDispatch(b *testing.B, replicas int, routing scheduler.Routing) {
-	const njobs, ticks = 100, 10
+	benchTick(b, 100, 10, replicas, routing)
+}
+
+// BenchmarkScale is bench/scale.sh's table: 10 to 10,000 jobs due in the
+// same tick, 1, 5 and 20 replicas in this process, spread routing, 5 ticks.
+// Besides BenchmarkDispatch's figures it reports the longest command Redis
+// ran (SLOWLOG) and this process's RSS.
+//
+//	go test -run '^$' -bench Scale -benchtime 1x ./scheduler
+func BenchmarkScale(b *testing.B) {
+	for _, njobs := range []int{10, 100, 1000, 10000} {
+		for _, replicas := range []int{1, 5, 20} {
+			b.Run(fmt.Sprintf("jobs=%d/replicas=%d", njobs, replicas), func(b *testing.B) {
+				benchTick(b, njobs, 5, replicas, scheduler.RoutingSpread)
+			})
+		}
+	}
+}
+
+// benchTick runs replicas of a table of njobs jobs, all due every second,
+// for ticks ticks, and reports what it cost.
+func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routing) {
 	for range b.N {
 		srv := redistest.Start(b)
 		prefix := srv.Key("bench")
@@ -100,10 +121,12 @@ func benchDispatch(b *testing.B, replicas int, routing scheduler.Routing) {
 		)
 		// Every replica has heartbeated (every 1s here) with all the others
 		// live before the first counted tick: spread routing sees them all.
-		first := time.Now().Add(3500 * time.Millisecond).Truncate(time.Second).Add(time.Second)
+		// Large tables take longer to start (each replica reads every job's state).
+		lead := 3500*time.Millisecond + time.Duration(njobs*replicas)*50*time.Microsecond
+		first := time.Now().Add(lead).Truncate(time.Second).Add(time.Second)
 		fn := func(ctx context.Context, run jobs.Run) error {
 			d := time.Since(run.Slot)
-			if !run.Slot.Before(first) && run.Slot.Before(first.Add(ticks*time.Second)) {
+			if !run.Slot.Before(first) && run.Slot.Before(first.Add(time.Duration(ticks)*time.Second)) {
 				mu.Lock()
 				delays = append(delays, d)
 				ran[run.Replica]++
@@ -138,13 +161,25 @@ func benchDispatch(b *testing.B, replicas int, routing scheduler.Routing) {
 		}
 		// Count over [first-100ms, first+ticks-100ms): exactly the ticks first ... first+ticks-1.
 		sleepUntil(first.Add(-100 * time.Millisecond))
+		admin := redis.NewClient(srv.Options())
+		defer admin.Close()
+		admin.ConfigSet(context.Background(), "slowlog-log-slower-than", "0")
+		admin.ConfigSet(context.Background(), "slowlog-max-len", "100000")
+		admin.Do(context.Background(), "SLOWLOG", "RESET")
 		goCPU0, redisCPU0, mallocs0 := cpuNow(b, srv)
 		var base []int64
 		for _, c := range counters {
 			base = append(base, c.tickBatches.Load(), c.tickTrips.Load(), c.checkBatches.Load(), c.checkTrips.Load())
 		}
-		sleepUntil(first.Add(ticks*time.Second - 100*time.Millisecond))
+		sleepUntil(first.Add(time.Duration(ticks)*time.Second - 100*time.Millisecond))
 		goCPU1, redisCPU1, mallocs1 := cpuNow(b, srv)
+		var slowest time.Duration
+		if entries, err := admin.SlowLogGet(context.Background(), -1).Result(); err == nil {
+			for _, e := range entries {
+				slowest = max(slowest, e.Duration)
+			}
+		}
+		admin.ConfigSet(context.Background(), "slowlog-log-slower-than", "10000")
 		var tickBatches, tickTrips, checkBatches, checkTrips int64
 		for i, c := range counters {
 			tickBatches += c.tickBatches.Load() - base[4*i]
@@ -173,18 +208,21 @@ func benchDispatch(b *testing.B, replicas int, routing scheduler.Routing) {
 		b.ReportMetric(float64(delays[len(delays)-1])/1e6, "max-ms")
 		b.ReportMetric(float64(tickTrips)/float64(replicas*ticks), "claim-trips/tick/replica")
 		b.ReportMetric(float64(tickBatches)/float64(replicas*ticks), "claim-batches/tick/replica")
-		b.ReportMetric(float64(goCPU1-goCPU0)/1e6/ticks, "go-cpu-ms/tick")
-		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e6/ticks, "redis-cpu-ms/tick")
-		b.ReportMetric(float64(mallocs1-mallocs0)/ticks, "go-allocs/tick")
+		b.ReportMetric(float64(goCPU1-goCPU0)/1e6/float64(ticks), "go-cpu-ms/tick")
+		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e6/float64(ticks), "redis-cpu-ms/tick")
+		b.ReportMetric(float64(mallocs1-mallocs0)/float64(ticks), "go-allocs/tick")
 		b.ReportMetric(float64(checkTrips)/float64(replicas*ticks), "check-trips/tick/replica")
-		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e3/(njobs*ticks), "redis-cpu-us/slot")
+		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e3/float64(njobs*ticks), "redis-cpu-us/slot")
 		lo, hi := njobs*ticks, 0
 		for r := range replicas {
 			n := ran[fmt.Sprint("r", r)]
 			lo, hi = min(lo, n), max(hi, n)
 		}
-		b.ReportMetric(100*float64(lo)/(njobs*ticks), "min-share-%")
-		b.ReportMetric(100*float64(hi)/(njobs*ticks), "max-share-%")
+		b.ReportMetric(100*float64(lo)/float64(njobs*ticks), "min-share-%")
+		b.ReportMetric(100*float64(hi)/float64(njobs*ticks), "max-share-%")
+		b.ReportMetric(float64(slowest.Microseconds())/1e3, "slowest-cmd-ms")
+		b.ReportMetric(float64(goCPU1-goCPU0)/1e3/float64(njobs*ticks), "go-cpu-us/slot")
+		b.ReportMetric(float64(rssNow(b))/(1<<20), "rss-mb")
 		mu.Unlock()
 		_ = checkBatches
 	}
@@ -219,4 +257,19 @@ func cpuNow(b *testing.B, srv *redistest.Server) (goCPU, redisCPU time.Duration,
 		}
 	}
 	return goCPU, redisCPU, mallocs
+}
+
+// rssNow is this process's resident set size, from /proc.
+func rssNow(b *testing.B) int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }

@@ -67,6 +67,8 @@ Environment (one config file for every replica):
   SLOTCRON_REPLICA_ID      overrides replica_id
   SLOTCRON_HTTP_LISTEN     overrides http.listen ("" for no HTTP)
   SLOTCRON_REDIS_PASSWORD  overrides redis.password
+  SLOTCRON_ADMIN_TOKEN     turns on the admin endpoints (trigger, pause, resume over HTTP): the bearer token
+  SLOTCRON_WEBHOOK_SECRET  the key webhook payloads are signed with (alerts.secret_env names another)
 
 Exit codes: 0 ok, 1 failure, 2 bad usage or config.
 `
