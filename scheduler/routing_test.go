@@ -227,3 +227,38 @@ func (cc liveClaimCounter) Claim(ctx context.Context, claims []slot.Claim) ([]sl
 	cc.c.mu.Unlock()
 	return cc.Store.Claim(ctx, claims)
 }
+
+// TestSpreadAfterAReplicaLeaves: a replica that stops leaves the registry;
+// from the others' next heartbeat on, no slot waits for it.
+func TestSpreadAfterAReplicaLeaves(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		l := &runLog{runs: map[int64][]ran{}}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		var leaving *replica
+		for _, id := range []string{"r1", "r2", "r3"} {
+			r := h.start(id, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+			if id == "r2" {
+				leaving = r
+			}
+		}
+		from := nextSecond(0).Add(10 * time.Second)
+		sleepUntil(from.Add(-500 * time.Millisecond))
+		leaving.stop()
+		seen := from.Add(scheduler.DefaultHeartbeatEvery) // the others' next heartbeat
+		to := seen.Add(30 * time.Second)
+		sleepUntil(to.Add(time.Second))
+		synctest.Wait()
+		for at, r := range l.between(t, from, to) {
+			switch {
+			case r.replica == "r2":
+				t.Errorf("slot %v ran on the replica that left", time.Unix(at, 0).UTC())
+			case r.delay > hedge+time.Millisecond || r.delay > 0 && !time.Unix(at, 0).Before(seen):
+				t.Errorf("slot %v started %v late on %s", time.Unix(at, 0).UTC(), r.delay, r.replica)
+			}
+		}
+		reg, err := h.store.Registry(context.Background(), 3*scheduler.DefaultHeartbeatEvery)
+		if err != nil || len(reg.Replicas) != 2 {
+			t.Errorf("registry after r2 left: %+v, %v", reg.Replicas, err)
+		}
+	})
+}

@@ -94,6 +94,12 @@ func (r *runner) run(ctx context.Context) error {
 		r.loop(ctx)
 		r.s.looping.Store(false)
 		close(r.s.loopDone)
+		// No new claims from here: peers may stop preferring this replica.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.cfg.claimTimeout)
+		if err := r.s.claimer.Leave(lctx, r.s.me()); err != nil {
+			r.log.Warn("cannot leave the registry; peers will count this replica live until its heartbeat is stale", "error", err)
+		}
+		cancel()
 	}
 	close(r.loopDone)
 	r.drain()

@@ -35,6 +35,8 @@ type Claimer interface {
 	// other deployments); an error wrapping slot.ErrDuplicateReplica when
 	// another live process has its ID.
 	Heartbeat(ctx context.Context, me slot.Replica, stale time.Duration) (slot.Registry, error)
+	// Leave removes this replica from the registry, when it stops.
+	Leave(ctx context.Context, me slot.Replica) error
 }
 
 // Scheduler runs a cron table on one replica. Run it on every replica with the

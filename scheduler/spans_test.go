@@ -45,6 +45,7 @@ func (l *scriptedLease) TTL() time.Duration       { return l.c.LeaseTTL }
 func (l *scriptedLease) Context() context.Context { return l.ctx }
 func (l *scriptedLease) Deadline() time.Time      { return time.Now().Add(l.c.LeaseTTL) }
 
+func (s *scripted) Leave(context.Context, slot.Replica) error { return nil }
 func (s *scripted) Peek(_ context.Context, claims []slot.Claim) ([]slot.Record, error) {
 	return make([]slot.Record, len(claims)), nil // no record: every claim goes out
 }

@@ -144,3 +144,13 @@ func parseDeployments(fields []any) []slot.Deployment {
 	slices.SortFunc(out, func(a, b slot.Deployment) int { return strings.Compare(a.Prefix, b.Prefix) })
 	return out
 }
+
+// Leave removes me from the deployment's registry, if its entry is still
+// this instance's: what a replica does when it stops, so that its peers
+// stop counting it at their next heartbeat. One round trip.
+func (s *Store) Leave(ctx context.Context, me slot.Replica) error {
+	if err := leaveScript.Run(ctx, s.rdb, []string{s.registryKey()}, me.ID, me.Instance).Err(); err != nil {
+		return fmt.Errorf("slotstore: leaving the registry: %w", err)
+	}
+	return nil
+}

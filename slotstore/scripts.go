@@ -26,6 +26,7 @@ var (
 	outboxScript   = rediskit.Script(scriptDir, "outbox.lua")
 
 	heartbeatScript   = rediskit.Script(scriptDir, "heartbeat.lua")
+	leaveScript       = rediskit.Script(scriptDir, "leave.lua")
 	deploymentsScript = rediskit.Script(scriptDir, "deployments.lua")
 )
 
