@@ -19,7 +19,7 @@ echo "one round, 5 ticks per cell, replicas in one process, routing spread"
 echo
 printf "| jobs per tick | figure | 1 replica | 5 replicas | 20 replicas |\n|---|---|---|---|---|\n"
 for jobs in 10 100 1000 10000; do
-  for metric in p50-ms p99-ms redis-cpu-us/slot slowest-cmd-ms go-cpu-us/slot rss-mb; do
+  for metric in started-% p50-ms p99-ms redis-cpu-us/slot slowest-cmd-ms go-cpu-us/slot rss-mb; do
     row="| $jobs | $metric"
     for replicas in 1 5 20; do
       v=$(grep "jobs=$jobs/replicas=$replicas-" "$out" | awk -v m="$metric" '{ for (i = 1; i <= NF; i++) if ($i == m) print $(i-1) }')
