@@ -209,8 +209,11 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		}
 		mu.Lock()
 		slices.Sort(delays)
-		if len(delays) == 0 {
-			b.Fatalf("no run in %d ticks of %d jobs", ticks, njobs)
+		if len(delays) == 0 { // nothing to measure: the cell says so
+			b.Logf("no run of the %d ticks of %d jobs started within 30s", ticks, njobs)
+			b.ReportMetric(0, "started-%")
+			mu.Unlock()
+			continue
 		}
 		// Every run should start; the share that did within 30s is reported.
 		b.ReportMetric(100*float64(len(delays))/float64(njobs*ticks), "started-%")

@@ -31,6 +31,8 @@ type Disagreement struct {
 
 func (d Disagreement) String() string {
 	switch {
+	case d.Job == "*":
+		return fmt.Sprintf("%s runs another table (%s, this replica %s): too many jobs to compare one by one", d.Peer, d.Theirs, d.Mine)
 	case strings.HasPrefix(d.Peer, "prefix "):
 		return fmt.Sprintf("job %s also runs under key %s on this Redis: each prefix runs its slots", d.Job, d.Peer)
 	case d.Theirs == "":
@@ -76,6 +78,10 @@ type peerView struct {
 	// candidates are, per job, the IDs of the live replicas that run it and
 	// claim (their clock is within max_skew): whom spread routing picks from.
 	candidates map[string][]string
+	// sameTable are the IDs of the candidates that publish only their
+	// table's hash (a large table) and run this replica's table: they are
+	// candidates for every job of it.
+	sameTable []string
 }
 
 // Replicas returns what this replica's last heartbeat found: every live
@@ -118,12 +124,23 @@ func buildVersion() string {
 func (s *Scheduler) me() slot.Replica {
 	offset, _ := s.Offset()
 	jobs := make(map[string]string, len(s.jobs))
+	names := make([]string, 0, len(s.jobs))
 	for _, j := range s.jobs {
 		jobs[j.Name] = settings(j.Job)
+		names = append(names, j.Name)
 	}
-	return slot.Replica{ID: s.cfg.replica, Instance: s.instance, Version: s.cfg.version, Started: s.started0,
-		Offset: offset, Jobs: jobs}
+	me := slot.Replica{ID: s.cfg.replica, Instance: s.instance, Version: s.cfg.version, Started: s.started0,
+		Offset: offset, Jobs: jobs, Table: slot.TableHash(jobs), Names: names}
+	if len(jobs) > maxListedJobs {
+		me.Jobs = nil // the hash tells tables apart; a list would make every heartbeat read megabytes
+	}
+	return me
 }
+
+// maxListedJobs is the largest table a replica lists job by job in its
+// heartbeat. Past it, it publishes only the table's hash: replicas then see
+// whether their tables agree, not on which jobs they differ.
+const maxListedJobs = 500
 
 func (s *Scheduler) staleAfter() time.Duration { return 3 * s.cfg.heartbeatEvery }
 
@@ -133,11 +150,12 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dis := disagreements(s.me(), s.cfg.keyPrefix, reg)
-	cands := candidates(reg, s.cfg.maxSkew)
+	me := s.me()
+	dis := disagreements(me, s.cfg.keyPrefix, reg)
+	cands, same := candidates(me, reg, s.cfg.maxSkew)
 	s.peers.mu.Lock()
 	before := s.peers.disagreements
-	s.peers.reg, s.peers.disagreements, s.peers.candidates = reg, dis, cands
+	s.peers.reg, s.peers.disagreements, s.peers.candidates, s.peers.sameTable = reg, dis, cands, same
 	s.peers.mu.Unlock()
 	s.tel.disagree(len(dis))
 	if !slices.Equal(before, dis) {
@@ -215,6 +233,12 @@ func disagreements(me slot.Replica, prefix string, reg slot.Registry) []Disagree
 		if p.ID == me.ID {
 			continue
 		}
+		if me.Jobs == nil || p.Jobs == nil { // a large table: only its hash is known
+			if p.Table != me.Table {
+				out = append(out, Disagreement{Job: "*", Peer: p.ID, Mine: "table " + me.Table, Theirs: "table " + p.Table})
+			}
+			continue
+		}
 		for job, mine := range me.Jobs {
 			if theirs := p.Jobs[job]; theirs != mine {
 				out = append(out, Disagreement{Job: job, Peer: p.ID, Mine: mine, Theirs: theirs})
@@ -231,7 +255,11 @@ func disagreements(me slot.Replica, prefix string, reg slot.Registry) []Disagree
 			continue
 		}
 		for _, job := range d.Jobs {
-			if mine, ok := me.Jobs[job]; ok {
+			if slices.Contains(me.Names, job) {
+				mine := me.Jobs[job]
+				if mine == "" { // a large table lists no settings
+					mine = "table " + me.Table
+				}
 				out = append(out, Disagreement{Job: job, Peer: "prefix " + d.Prefix, Mine: mine})
 			}
 		}

@@ -11,11 +11,19 @@ import (
 
 // candidates returns, per job, the IDs of the registry's replicas that run
 // it and whose clocks are within maxSkew of Redis's (the others refuse to
-// claim), sorted.
-func candidates(reg slot.Registry, maxSkew time.Duration) map[string][]string {
+// claim), sorted; and, apart, the IDs of those that list no jobs (a large
+// table) but run the same table as me: candidates for each of my jobs.
+func candidates(me slot.Replica, reg slot.Registry, maxSkew time.Duration) (map[string][]string, []string) {
 	out := map[string][]string{}
+	var same []string
 	for _, r := range reg.Replicas {
 		if max(r.Offset, -r.Offset) > maxSkew {
+			continue
+		}
+		if r.Jobs == nil {
+			if r.Table == me.Table {
+				same = append(same, r.ID)
+			}
 			continue
 		}
 		for job := range r.Jobs {
@@ -25,7 +33,8 @@ func candidates(reg slot.Registry, maxSkew time.Duration) map[string][]string {
 	for _, ids := range out {
 		slices.Sort(ids)
 	}
-	return out
+	slices.Sort(same)
+	return out, same
 }
 
 // preferred returns the replica of ids that spread routing picks for a slot
@@ -70,6 +79,13 @@ func (r *runner) hedged(j *jobState, at time.Time) bool {
 	}
 	r.s.peers.mu.Lock()
 	ids := r.s.peers.candidates[j.Name]
+	if same := r.s.peers.sameTable; len(same) > 0 {
+		if len(ids) == 0 {
+			ids = same
+		} else {
+			ids = slices.Sorted(slices.Values(append(slices.Clone(ids), same...)))
+		}
+	}
 	r.s.peers.mu.Unlock()
 	if len(ids) < 2 || !slices.Contains(ids, r.self) {
 		return false

@@ -1,9 +1,14 @@
 package scheduler
 
 import (
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/slotcron/slotcron/slot"
 )
 
 // TestPreferredIsEvenAndStable: rendezvous hashing gives each of 5 replicas
@@ -53,5 +58,34 @@ func TestPreferredIsEvenAndStable(t *testing.T) {
 	}
 	if got := preferred(nil, "j", start); got != "" {
 		t.Errorf("no replica: %q", got)
+	}
+}
+
+// TestLargeTablesPublishTheirHash: a replica with more than maxListedJobs
+// jobs publishes its table's hash, not its jobs; peers with the same table
+// are candidates for each of its jobs, one with another table for none, and
+// the other table is a disagreement.
+func TestLargeTablesPublishTheirHash(t *testing.T) {
+	jobs := map[string]string{}
+	for i := range maxListedJobs + 1 {
+		jobs[fmt.Sprintf("job%04d", i)] = "schedule=\"@every 1s\""
+	}
+	table := slot.TableHash(jobs)
+	me := slot.Replica{ID: "a", Table: table}
+	other := map[string]string{"job0000": "schedule=\"@every 2s\""}
+	reg := slot.Registry{Replicas: []slot.Replica{
+		{ID: "a", Table: table}, {ID: "b", Table: table}, {ID: "c", Table: slot.TableHash(other)},
+		{ID: "d", Table: table, Offset: time.Hour}, // refuses to claim
+	}}
+	cands, same := candidates(me, reg, 2*time.Second)
+	if len(cands) != 0 || !slices.Equal(same, []string{"a", "b"}) {
+		t.Fatalf("candidates %v, same table %v; want none listed and a, b", cands, same)
+	}
+	dis := disagreements(me, "p", reg)
+	if len(dis) != 1 || dis[0].Peer != "c" || dis[0].Job != "*" || !strings.Contains(dis[0].String(), "runs another table") {
+		t.Fatalf("disagreements %v", dis)
+	}
+	if slot.TableHash(jobs) != table || slot.TableHash(other) == table {
+		t.Fatal("TableHash is not a function of the table")
 	}
 }

@@ -1,7 +1,10 @@
 package slot
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -21,8 +24,29 @@ type Replica struct {
 	Offset   time.Duration // the store's clock minus the replica's, at its last probe
 	// Jobs maps each job of the replica's table to its settings, in one
 	// canonical line ("schedule=... overlap=... lease_ttl=..."): two replicas
-	// agree on a job when their lines are equal.
+	// agree on a job when their lines are equal. A large table is not
+	// listed (nil): every heartbeat reads every replica's entry.
 	Jobs map[string]string
+	// Table is a hash of the whole table (TableHash of its settings lines):
+	// two replicas run the same table when their hashes are equal.
+	Table string
+	// Names are the table's job names, for the registry of deployments;
+	// not published in the replica's entry.
+	Names []string
+}
+
+// TableHash is the hash of a table given as its jobs' settings lines.
+func TableHash(jobs map[string]string) string {
+	names := make([]string, 0, len(jobs))
+	for name := range jobs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	h := sha256.New()
+	for _, name := range names {
+		h.Write([]byte(name + "\x00" + jobs[name] + "\n"))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
 // Deployment is a key prefix in use on the same Redis, and its jobs: the same

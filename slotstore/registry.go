@@ -23,7 +23,8 @@ type replicaJSON struct {
 	Version  string            `json:"version,omitempty"`
 	Started  int64             `json:"started_ms"`
 	OffsetNS int64             `json:"offset_ns"`
-	Jobs     map[string]string `json:"jobs"`
+	Jobs     map[string]string `json:"jobs,omitempty"`
+	Table    string            `json:"table,omitempty"`
 }
 
 // Heartbeat publishes me in the deployment's registry (<prefix>:replicas) and
@@ -35,13 +36,16 @@ type replicaJSON struct {
 // has me.ID. When the shared registry can't be written (an ACL that allows
 // only the prefix's keys), Deployments is nil and that is no error.
 func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Duration) (slot.Registry, error) {
-	desc, err := json.Marshal(replicaJSON{Version: me.Version, Started: me.Started.UnixMilli(), OffsetNS: int64(me.Offset), Jobs: me.Jobs})
+	desc, err := json.Marshal(replicaJSON{Version: me.Version, Started: me.Started.UnixMilli(), OffsetNS: int64(me.Offset),
+		Jobs: me.Jobs, Table: me.Table})
 	if err != nil {
 		return slot.Registry{}, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
-	jobs := make([]string, 0, len(me.Jobs))
-	for j := range me.Jobs {
-		jobs = append(jobs, j)
+	jobs := slices.Clone(me.Names)
+	if jobs == nil {
+		for j := range me.Jobs {
+			jobs = append(jobs, j)
+		}
 	}
 	slices.Sort(jobs)
 	cmds := s.batch(ctx, []call{
@@ -109,7 +113,7 @@ func parseReplica(id, v string) (slot.Replica, error) {
 		return slot.Replica{}, fmt.Errorf("replica %q: malformed registry entry %q", id, v)
 	}
 	return slot.Replica{ID: id, Instance: inst, Version: d.Version, Started: time.UnixMilli(d.Started),
-		Seen: time.UnixMilli(seen), Offset: time.Duration(d.OffsetNS), Jobs: d.Jobs}, nil
+		Seen: time.UnixMilli(seen), Offset: time.Duration(d.OffsetNS), Jobs: d.Jobs, Table: table(d)}, nil
 }
 
 func parseReplicas(fields []any) ([]slot.Replica, error) {
@@ -153,4 +157,13 @@ func (s *Store) Leave(ctx context.Context, me slot.Replica) error {
 		return fmt.Errorf("slotstore: leaving the registry: %w", err)
 	}
 	return nil
+}
+
+// table is an entry's table hash; an entry that lists its jobs but has no
+// hash (an older version) gets it from the list.
+func table(d replicaJSON) string {
+	if d.Table == "" && d.Jobs != nil {
+		return slot.TableHash(d.Jobs)
+	}
+	return d.Table
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -125,14 +124,7 @@ func replicaRows(ctx context.Context, slots *slotstore.Store) ([]replicaRow, err
 		return nil, err
 	}
 	tables := map[string]int{}
-	table := func(r slot.Replica) string {
-		lines := make([]string, 0, len(r.Jobs))
-		for j, s := range r.Jobs {
-			lines = append(lines, j+" "+s)
-		}
-		slices.Sort(lines)
-		return strings.Join(lines, "\n")
-	}
+	table := func(r slot.Replica) string { return r.Table }
 	var ref string
 	for _, r := range reg.Replicas {
 		t := table(r)
