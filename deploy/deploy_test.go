@@ -25,7 +25,7 @@ import (
 )
 
 // registered are the jobs that cmd/worker (the image's binary) registers.
-var registered = []string{"lottery"}
+var registered = []string{"lottery", "nap"}
 
 const (
 	workerImage = "slotcron/worker:dev"
