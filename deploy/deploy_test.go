@@ -83,7 +83,7 @@ func hostPort(t *testing.T, what, addr string) (string, int) {
 	return host, n
 }
 
-func lottery(t *testing.T, cfg *worker.Config) worker.JobConfig {
+func lotteryJob(t *testing.T, cfg *worker.Config) worker.JobConfig {
 	t.Helper()
 	for _, j := range cfg.Jobs {
 		if j.Name == "lottery" {
@@ -534,7 +534,7 @@ func TestDeployCompose(t *testing.T) {
 	}
 
 	// The lottery, every second.
-	if s := lottery(t, cfg).Schedule; s != "@every 1s" {
+	if s := lotteryJob(t, cfg).Schedule; s != "@every 1s" {
 		t.Errorf("%s: the lottery's schedule is %q, want @every 1s", cfgName, s)
 	}
 
