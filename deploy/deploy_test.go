@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path"
@@ -24,7 +25,7 @@ import (
 )
 
 // registered are the jobs that cmd/worker (the image's binary) registers.
-var registered = []string{"lottery"}
+var registered = []string{"lottery", "nap"}
 
 const (
 	workerImage = "slotcron/worker:dev"
@@ -82,7 +83,7 @@ func hostPort(t *testing.T, what, addr string) (string, int) {
 	return host, n
 }
 
-func lottery(t *testing.T, cfg *worker.Config) worker.JobConfig {
+func lotteryJob(t *testing.T, cfg *worker.Config) worker.JobConfig {
 	t.Helper()
 	for _, j := range cfg.Jobs {
 		if j.Name == "lottery" {
@@ -437,18 +438,30 @@ type composeFile struct {
 	Volumes map[string]any `yaml:"volumes"`
 }
 
-// published parses "host:container" port mappings.
-func published(t *testing.T, service string, ports []string) map[int]int {
+// published parses "host:container" port mappings, where host may be a
+// variable with a default, ${NAME:-8081}: it maps the default, and vars
+// gets the variable's name for that port.
+func published(t *testing.T, service string, ports []string, vars map[int]string) map[int]int {
 	t.Helper()
 	out := map[int]int{}
 	for _, p := range ports {
 		host, ctr, ok := strings.Cut(p, ":")
+		var name string
+		if rest, isVar := strings.CutPrefix(p, "${"); isVar {
+			var def string
+			name, def, _ = strings.Cut(rest, ":-")
+			def, tail, closed := strings.Cut(def, "}")
+			host, ctr, ok = def, strings.TrimPrefix(tail, ":"), closed && strings.HasPrefix(tail, ":")
+		}
 		h, err1 := strconv.Atoi(host)
 		c, err2 := strconv.Atoi(ctr)
 		if !ok || err1 != nil || err2 != nil {
-			t.Fatalf("compose.yaml: %s: port %q is not HOST:CONTAINER", service, p)
+			t.Fatalf("compose.yaml: %s: port %q is not HOST:CONTAINER or ${VAR:-HOST}:CONTAINER", service, p)
 		}
 		out[h] = c
+		if name != "" && vars != nil {
+			vars[h] = name
+		}
 	}
 	return out
 }
@@ -503,7 +516,8 @@ func TestDeployCompose(t *testing.T) {
 		t.Fatalf("compose.yaml: want one service of %s, found %q", jaegerImage, byImage[jaegerImage])
 	}
 	jaegerSvc := byImage[jaegerImage][0]
-	jports := published(t, jaegerSvc, f.Services[jaegerSvc].Ports)
+	portVars := map[int]string{}
+	jports := published(t, jaegerSvc, f.Services[jaegerSvc].Ports, portVars)
 	for _, p := range []int{16686, 4317, 4318} {
 		if jports[p] != p {
 			t.Errorf("compose.yaml: %s does not publish %d:%d (%q)", jaegerSvc, p, p, f.Services[jaegerSvc].Ports)
@@ -520,7 +534,7 @@ func TestDeployCompose(t *testing.T) {
 	}
 
 	// The lottery, every second.
-	if s := lottery(t, cfg).Schedule; s != "@every 1s" {
+	if s := lotteryJob(t, cfg).Schedule; s != "@every 1s" {
 		t.Errorf("%s: the lottery's schedule is %q, want @every 1s", cfgName, s)
 	}
 
@@ -546,7 +560,7 @@ func TestDeployCompose(t *testing.T) {
 		if want := "./" + cfgName + ":" + configPath + ":ro"; !slices.Contains(s.Volumes, want) {
 			t.Errorf("compose.yaml: %s does not mount %s (%q)", name, want, s.Volumes)
 		}
-		ports := published(t, name, s.Ports)
+		ports := published(t, name, s.Ports, portVars)
 		if len(ports) != 1 {
 			t.Errorf("compose.yaml: %s publishes %q, want one port", name, s.Ports)
 		}
@@ -570,5 +584,18 @@ func TestDeployCompose(t *testing.T) {
 		if _, ok := hostPorts[p]; !ok {
 			t.Errorf("compose.yaml: no worker publishes host port %d (%v)", p, hostPorts)
 		}
+	}
+
+	// Every published port can be moved, through a variable of its own: the
+	// stack test moves them all, so it runs beside whatever holds these.
+	names := map[string]int{}
+	for _, h := range slices.Concat([]int{16686, 4317, 4318}, slices.Collect(maps.Keys(hostPorts))) {
+		name := portVars[h]
+		if name == "" {
+			t.Errorf("compose.yaml: host port %d is fixed; publish it as ${SLOTCRON_..._PORT:-%d}", h, h)
+		} else if other, dup := names[name]; dup {
+			t.Errorf("compose.yaml: host ports %d and %d share the variable %s", other, h, name)
+		}
+		names[name] = h
 	}
 }

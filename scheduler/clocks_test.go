@@ -90,3 +90,44 @@ func TestRefusedSlotsStillEndWithARecord(t *testing.T) {
 		t.Logf("a refused slot's record: %s: %s", rec.State, rec.Error)
 	})
 }
+
+// TestProbeAcrossAPartition: a replica's network freezes, as in a
+// partition, for 10.7s. Its claims time out after 5s, so it probes Redis's
+// clock; the probe waits for the thaw, and Redis answers it then, 4.9s after
+// it was sent. The offset that probe computes (Redis's time minus the middle
+// of the round trip: 2.45s) says nothing of the clocks: a replica that took
+// it for its offset would refuse to claim, over max_skew (2s), until its next
+// probe a minute later. It must claim again at once after the thaw.
+func TestProbeAcrossAPartition(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		key := "starts"
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s"}}
+		reg := func() *jobs.Registry { return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, key, 0)}) }
+		events := &eventLog{}
+		cut := h.start("cut", reg(), table, events.option())
+		h.start("healthy", reg(), table)
+		first := nextSecond(500 * time.Millisecond)
+		sleepUntil(first.Add(200 * time.Millisecond))
+		cut.net.freeze()
+		sleepUntil(first.Add(10900 * time.Millisecond))
+		cut.net.thaw()
+		back := time.Now()
+		time.Sleep(10 * time.Second)
+
+		if offset, ok := cut.s.Offset(); !ok || max(offset, -offset) > 250*time.Millisecond {
+			t.Errorf("after the thaw the cut replica's offset is %v (measured: %v); its clock is Redis's", offset, ok)
+		}
+		if drift := events.of(t, scheduler.EventDrift); len(drift) != 0 {
+			t.Errorf("drift events %+v; no clock drifted", drift)
+		}
+		won := 0
+		for _, s := range h.starts(key) {
+			if s.replica == "cut" && time.Unix(s.slot, 0).After(back) {
+				won++
+			}
+		}
+		if won == 0 {
+			t.Errorf("the cut replica won none of the 10 slots after the thaw")
+		}
+	})
+}
