@@ -15,13 +15,22 @@ import (
 )
 
 // Sentinel is a real Sentinel deployment: a master, one replica and three
-// sentinels, each a redis-server process on a loopback port, gone when the
-// test ends. The master's name is MasterName.
+// sentinels, gone when the test ends. StartSentinel runs each as a
+// redis-server process on a loopback port; StartSentinelContainers runs each
+// in a container of its own. The master's name is MasterName.
 type Sentinel struct {
 	t         testing.TB
-	servers   []*process // the master and the replica; roles swap on failover
-	sentinels []*process
+	servers   []node // the master and the replica; roles swap on failover
+	sentinels []node
 	clients   []redis.UniversalClient
+	after     []func() // run once every node is closed: the containers' network
+}
+
+// node is one redis-server of a Sentinel deployment, a process or a container.
+type node interface {
+	address() string // host:port, as the sentinels announce it
+	stop() error     // the master stops, for StopMaster
+	close()
 }
 
 // MasterName is the name the sentinels monitor the master under.
@@ -56,10 +65,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 	s.servers = append(s.servers, replica)
 	for _, dir := range dirs[2:] {
 		conf := filepath.Join(dir, "sentinel.conf")
-		body := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\n"+
-			"sentinel down-after-milliseconds %s 1000\n"+
-			"sentinel failover-timeout %s 10000\n"+
-			"sentinel parallel-syncs %s 1\n", MasterName, master.port, MasterName, MasterName, MasterName)
+		body := sentinelConf("127.0.0.1", master.port)
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -85,11 +91,20 @@ func StartSentinel(t testing.TB) *Sentinel {
 	return s
 }
 
+// sentinelConf is what every sentinel monitors, with a quorum of 2: the
+// master at host:port, judged down after 1s.
+func sentinelConf(host string, port int) string {
+	return fmt.Sprintf("sentinel monitor %s %s %d 2\n"+
+		"sentinel down-after-milliseconds %s 1000\n"+
+		"sentinel failover-timeout %s 10000\n"+
+		"sentinel parallel-syncs %s 1\n", MasterName, host, port, MasterName, MasterName, MasterName)
+}
+
 // Addrs returns the sentinels' host:port addresses.
 func (s *Sentinel) Addrs() []string {
 	out := make([]string, len(s.sentinels))
 	for i, p := range s.sentinels {
-		out[i] = p.addr
+		out[i] = p.address()
 	}
 	return out
 }
@@ -113,7 +128,7 @@ func (s *Sentinel) Master() string {
 }
 
 func (s *Sentinel) masterAddr() (string, error) {
-	c := redis.NewSentinelClient(&redis.Options{Addr: s.sentinels[0].addr})
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.sentinels[0].address()})
 	defer c.Close()
 	a, err := c.GetMasterAddrByName(context.Background(), MasterName).Result()
 	if err != nil {
@@ -128,7 +143,7 @@ func (s *Sentinel) masterAddr() (string, error) {
 func (s *Sentinel) Failover() (from, to string) {
 	s.t.Helper()
 	from = s.Master()
-	c := redis.NewSentinelClient(&redis.Options{Addr: s.sentinels[0].addr})
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.sentinels[0].address()})
 	defer c.Close()
 	if err := c.Failover(context.Background(), MasterName).Err(); err != nil {
 		s.t.Fatalf("redistest: SENTINEL FAILOVER: %v", err)
@@ -146,27 +161,78 @@ func (s *Sentinel) Failover() (from, to string) {
 	return from, to
 }
 
+// Replica returns the address of the master's one replica, as the sentinels
+// see it (SENTINEL REPLICAS). It fails the test unless there is exactly one.
+func (s *Sentinel) Replica() string {
+	s.t.Helper()
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.sentinels[0].address()})
+	defer c.Close()
+	replicas, err := c.Replicas(context.Background(), MasterName).Result()
+	if err != nil {
+		s.t.Fatalf("redistest: SENTINEL REPLICAS: %v", err)
+	}
+	if len(replicas) != 1 {
+		s.t.Fatalf("redistest: the sentinels know %d replicas, want 1: %v", len(replicas), replicas)
+	}
+	return replicas[0]["ip"] + ":" + replicas[0]["port"]
+}
+
+// StopMaster stops the master, as a crash would (StartSentinel's process is
+// killed; StartSentinelContainers' container is stopped, docker stop), and
+// waits until the sentinels have noticed, agreed and promoted the replica:
+// they name another master and it answers as one. It returns the old and the
+// new master's addresses. The old master stays stopped.
+func (s *Sentinel) StopMaster() (from, to string) {
+	s.t.Helper()
+	from = s.Master()
+	var master node
+	for _, n := range s.servers {
+		if n.address() == from {
+			master = n
+		}
+	}
+	if master == nil {
+		s.t.Fatalf("redistest: the sentinels name %s, which is none of this deployment's servers", from)
+	}
+	if err := master.stop(); err != nil {
+		s.t.Fatalf("redistest: stop the master %s: %v", from, err)
+	}
+	// Noticing takes down-after (1s), then a vote; an election that splits
+	// is tried again after twice failover-timeout (20s).
+	err := s.wait(60*time.Second, func() error {
+		to, _ = s.masterAddr()
+		if to == "" || to == from {
+			return fmt.Errorf("the sentinels still name %s", from)
+		}
+		return role(to, "master")
+	})
+	if err != nil {
+		s.t.Fatalf("redistest: failover after stopping %s: %v", from, err)
+	}
+	return from, to
+}
+
 // ready reports whether the replica is in sync and every sentinel knows the
 // other two and the replica.
 func (s *Sentinel) ready() error {
-	if err := role(s.servers[1].addr, "slave"); err != nil {
+	if err := role(s.servers[1].address(), "slave"); err != nil {
 		return err
 	}
-	r := redis.NewClient(&redis.Options{Addr: s.servers[1].addr})
+	r := redis.NewClient(&redis.Options{Addr: s.servers[1].address()})
 	defer r.Close()
 	info, err := r.Info(context.Background(), "replication").Result()
 	if err != nil || !strings.Contains(info, "master_link_status:up") {
 		return fmt.Errorf("replica not in sync: %v", err)
 	}
 	for _, p := range s.sentinels {
-		c := redis.NewSentinelClient(&redis.Options{Addr: p.addr})
+		c := redis.NewSentinelClient(&redis.Options{Addr: p.address()})
 		m, err := c.Master(context.Background(), MasterName).Result()
 		c.Close()
 		if err != nil {
 			return err
 		}
 		if m["num-other-sentinels"] != "2" || m["num-slaves"] != "1" {
-			return fmt.Errorf("sentinel %s sees %s other sentinels and %s replicas", p.addr, m["num-other-sentinels"], m["num-slaves"])
+			return fmt.Errorf("sentinel %s sees %s other sentinels and %s replicas", p.address(), m["num-other-sentinels"], m["num-slaves"])
 		}
 	}
 	return nil
@@ -206,5 +272,8 @@ func (s *Sentinel) close() {
 	}
 	for _, p := range append(s.sentinels, s.servers...) {
 		p.close()
+	}
+	for _, f := range s.after {
+		f()
 	}
 }
