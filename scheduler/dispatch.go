@@ -366,13 +366,9 @@ func (r *runner) peekHedged(ctx context.Context, batch []*pending) []*pending {
 			rest = append(rest, p)
 			continue
 		}
-		r.s.tel.claimed(p.job.Name, string(slot.OutcomeLost))
-		// The slot's trace shows this replica too: it lost, to the owner.
-		r.s.tel.peekedLost(ctx, p.claim, rec.Owner, start, done)
+		// Settled as a claim that lost would be; its trace shows the read.
 		res := slot.Result{Outcome: slot.OutcomeLost, Holder: rec.Owner, State: rec.State, Wait: -1}
-		if d := decide(p.claim, res, r.self); !d.watch.isZero() {
-			r.watch(now, p.job, d.watch, d.watchWait)
-		}
+		r.apply(ctx, now, p, res, r.s.tel.peeked(ctx, p.claim, res, start, done))
 	}
 	return rest
 }

@@ -251,15 +251,15 @@ func (st *slotTrace) end(e ending) {
 	span.End()
 }
 
-// peekedLost is the trace of a hedged claim that a read of its slot's
-// record (Peek, from start to done) settled: lost, to holder. Its root span
-// has a lock.peek child where a claim would have lock.claim.
-func (t *telemetry) peekedLost(ctx context.Context, c slot.Claim, holder string, start, done time.Time) {
+// peeked starts the trace of a hedged claim that a read of its slot's
+// record (Peek, from start to done) answered with res: its root span, with
+// a lock.peek child where a claim would have lock.claim. The caller ends it.
+func (t *telemetry) peeked(ctx context.Context, c slot.Claim, res slot.Result, start, done time.Time) *slotTrace {
 	st := t.beginSlotAt(ctx, "slot", c, start)
 	if st.span.IsRecording() {
 		_, peek := t.tracer.Start(st.ctx, "lock.peek", append(clientSpanStart, trace.WithTimestamp(start))...)
-		peek.SetAttributes(attrOutcome.String(string(slot.OutcomeLost)), attrHolder.String(holder))
+		peek.SetAttributes(attrOutcome.String(string(res.Outcome)), attrHolder.String(res.Holder))
 		peek.End(trace.WithTimestamp(done))
 	}
-	st.end(ending{outcome: string(slot.OutcomeLost), holder: holder})
+	return st
 }
