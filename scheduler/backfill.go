@@ -246,7 +246,7 @@ type triggerReq struct {
 	job   *jobState
 	m     slot.Manual
 	reply chan slot.Result
-	at    chan time.Time
+	at    time.Time // the manual slot's time: when it was asked for
 }
 
 // Trigger asks for a manual slot of job now, on a running Scheduler (Run):
@@ -271,7 +271,7 @@ func (s *Scheduler) Trigger(ctx context.Context, job string, m slot.Manual) (Tri
 	if err != nil {
 		return Triggered{}, fmt.Errorf("scheduler: Trigger: %w", err)
 	}
-	req := triggerReq{job: j, m: m, reply: make(chan slot.Result, 1), at: make(chan time.Time, 1)}
+	req := triggerReq{job: j, m: m, reply: make(chan slot.Result, 1), at: s.cfg.clock.Now()}
 	if !s.looping.Load() {
 		return Triggered{Manual: m}, ErrNotRunning
 	}
@@ -282,7 +282,7 @@ func (s *Scheduler) Trigger(ctx context.Context, job string, m slot.Manual) (Tri
 	case <-ctx.Done():
 		return Triggered{Manual: m}, ctx.Err()
 	}
-	t := Triggered{Manual: m, Slot: <-req.at}
+	t := Triggered{Manual: m, Slot: req.at}
 	select {
 	case res := <-req.reply:
 		t.Outcome, t.Holder, t.State, t.Reason = res.Outcome, res.Holder, res.State, res.Reason
@@ -300,9 +300,8 @@ func (s *Scheduler) Trigger(ctx context.Context, job string, m slot.Manual) (Tri
 
 // onTrigger queues a Trigger's claim, due now.
 func (r *runner) onTrigger(now time.Time, req triggerReq) {
-	c := r.claim(slot.ClaimManual, req.job, now)
+	c := r.claim(slot.ClaimManual, req.job, req.at)
 	m := req.m
 	c.Manual = &m
-	req.at <- now
 	heap.Push(&r.queue, &pending{due: now, job: req.job, claim: c, reply: req.reply})
 }
