@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"hash/fnv"
 	"slices"
 	"strconv"
 	"time"
@@ -44,22 +43,31 @@ func candidates(me slot.Replica, reg slot.Registry, maxSkew time.Duration) (map[
 func preferred(ids []string, job string, at time.Time) string {
 	var best string
 	var top uint64
-	unix := strconv.FormatInt(at.Unix(), 10)
+	var n [20]byte
+	unix := strconv.AppendInt(n[:0], at.Unix(), 10)
+	// FNV-1a of "<job>\x00<unix>", then of each ID on top: no allocation,
+	// for every due slot of every job on every tick.
+	slotHash := fnv1a(fnv1a(fnv1a(fnvOffset, job), "\x00"), string(unix))
 	for _, id := range ids {
-		h := fnv.New64a()
-		h.Write([]byte(id))
-		h.Write([]byte{0})
-		h.Write([]byte(job))
-		h.Write([]byte{0})
-		h.Write([]byte(unix))
 		// FNV's low bits mix poorly for inputs that differ at the end:
 		// finish with a 64-bit mixer (splitmix64's).
-		w := mix(h.Sum64())
+		w := mix(fnv1a(fnv1a(slotHash, "\x00"), id))
 		if best == "" || w > top {
 			best, top = id, w
 		}
 	}
 	return best
+}
+
+// FNV-1a, 64 bits, over a string, from h.
+const fnvOffset, fnvPrime = 14695981039346656037, 1099511628211
+
+func fnv1a(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
 }
 
 func mix(z uint64) uint64 {
