@@ -224,7 +224,7 @@ func (a *alerter) sendDue(ctx context.Context) {
 func (a *alerter) send(ctx context.Context, d slotstore.Delivery) {
 	var p alertPayload
 	_ = json.Unmarshal([]byte(d.Payload), &p)
-	err := a.post(ctx, d)
+	err := a.post(ctx, d, p.Event)
 	result, wait := slotstore.Delivered, time.Duration(0)
 	text := ""
 	switch {
@@ -247,23 +247,20 @@ func (a *alerter) send(ctx context.Context, d slotstore.Delivery) {
 	}
 }
 
-// post sends d's payload, signed; any answer but 2xx is an error.
-func (a *alerter) post(ctx context.Context, d slotstore.Delivery) error {
+// post sends d's payload, an event of kind event, signed; any answer but
+// 2xx is an error.
+func (a *alerter) post(ctx context.Context, d slotstore.Delivery, event string) error {
 	body := []byte(d.Payload)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	var p struct {
-		Event string `json:"event"`
-	}
-	_ = json.Unmarshal(body, &p)
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "slotcron-webhook")
 	req.Header.Set(HeaderTimestamp, ts)
 	req.Header.Set(HeaderSignature, Sign(a.secret, ts, body))
-	req.Header.Set(HeaderEvent, p.Event)
+	req.Header.Set(HeaderEvent, event)
 	req.Header.Set(HeaderDelivery, d.ID)
 	resp, err := a.client.Do(req)
 	if err != nil {
