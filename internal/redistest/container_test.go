@@ -121,13 +121,7 @@ type listed struct {
 // dockerPS is docker ps (with all: docker ps -a) for one container ID.
 func dockerPS(t *testing.T, id string, all bool) []listed {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
-	if err != nil {
-		t.Fatalf("docker client: %v", err)
-	}
-	defer cli.Close()
+	ctx, cli := dockerClient(t)
 	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: all, Filters: client.Filters{}.Add("id", id)})
 	if err != nil {
 		t.Fatalf("docker ps: %v", err)
@@ -143,4 +137,18 @@ func dockerPS(t *testing.T, id string, all bool) []listed {
 		out = append(out, l)
 	}
 	return out
+}
+
+// dockerClient is a Docker client for one question, and a context that
+// bounds it; both end with the test.
+func dockerClient(t *testing.T) (context.Context, *testcontainers.DockerClient) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		t.Fatalf("docker client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return ctx, cli
 }

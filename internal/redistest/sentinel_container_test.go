@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
-	"github.com/testcontainers/testcontainers-go"
 )
 
 // TestSentinelContainers starts the container deployment and checks what
@@ -78,13 +77,7 @@ func TestSentinelContainers(t *testing.T) {
 			t.Errorf("container %.12s outlived its test: %s", id, left[0].state)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
-	if err != nil {
-		t.Fatalf("docker client: %v", err)
-	}
-	defer cli.Close()
+	ctx, cli := dockerClient(t)
 	if _, err := cli.NetworkInspect(ctx, network, client.NetworkInspectOptions{}); err == nil {
 		t.Errorf("network %s outlived its test", network)
 	}
@@ -93,13 +86,7 @@ func TestSentinelContainers(t *testing.T) {
 // containerState is docker inspect's State.Status of a container.
 func containerState(t *testing.T, id string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
-	if err != nil {
-		t.Fatalf("docker client: %v", err)
-	}
-	defer cli.Close()
+	ctx, cli := dockerClient(t)
 	res, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
 		t.Fatalf("docker inspect %.12s: %v", id, err)
