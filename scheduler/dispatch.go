@@ -167,15 +167,29 @@ func (r *runner) refuse(now time.Time, batch []*pending, offset time.Duration) {
 	}
 }
 
-// send claims a batch in one round trip and acts on each answer. Hedged
-// claims whose slots have a record by now (their preferred replica claimed
-// them) are not sent: they are lost, as a claim would say, for a read of
-// the record's state, one more round trip for the batch.
+// send claims a batch and acts on each answer. Hedged claims go after the
+// others, which don't wait for them: first a read of their slots' records,
+// and only those with none are claimed; the others are lost, as a claim
+// would say (their preferred replica claimed them).
 func (r *runner) send(ctx context.Context, batch []*pending) {
-	batch = r.peekHedged(ctx, batch)
-	if len(batch) == 0 {
-		return
+	var own, hedged []*pending
+	for _, p := range batch {
+		if p.hedged {
+			hedged = append(hedged, p)
+		} else {
+			own = append(own, p)
+		}
 	}
+	if len(own) > 0 {
+		r.claimBatch(ctx, own)
+	}
+	if rest := r.peekHedged(ctx, hedged); len(rest) > 0 {
+		r.claimBatch(ctx, rest)
+	}
+}
+
+// claimBatch claims a batch in one round trip and acts on each answer.
+func (r *runner) claimBatch(ctx context.Context, batch []*pending) {
 	claims := make([]slot.Claim, len(batch))
 	for i, p := range batch {
 		claims[i] = p.claim
@@ -331,37 +345,29 @@ func (r *runner) nextCatchup(now time.Time, j *jobState) {
 	r.push(now, j, r.claim(slot.ClaimCatchup, j, rest[0]))
 }
 
-// peekHedged reads the records of the batch's hedged claims, applies a lost
-// answer to those that have one, and returns the rest. When the read
+// peekHedged reads the records of the slots of hedged claims, applies a
+// lost answer to those that have one, and returns the rest. When the read
 // fails, every claim goes out: the claim decides anyway.
 func (r *runner) peekHedged(ctx context.Context, batch []*pending) []*pending {
-	var hedged []slot.Claim
-	for _, p := range batch {
-		if p.hedged {
-			hedged = append(hedged, p.claim)
-		}
+	if len(batch) == 0 {
+		return nil
 	}
-	if len(hedged) == 0 {
-		return batch
+	claims := make([]slot.Claim, len(batch))
+	for i, p := range batch {
+		claims[i] = p.claim
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
 	start := time.Now()
-	recs, err := r.s.claimer.Peek(pctx, hedged)
+	recs, err := r.s.claimer.Peek(pctx, claims)
 	done := time.Now()
 	cancel()
 	if err != nil {
 		return batch
 	}
 	now := r.clock.Now()
-	rest := batch[:0:0]
-	i := 0
-	for _, p := range batch {
-		if !p.hedged {
-			rest = append(rest, p)
-			continue
-		}
+	var rest []*pending
+	for i, p := range batch {
 		rec := recs[i]
-		i++
 		if rec.State == "" {
 			rest = append(rest, p)
 			continue
