@@ -123,18 +123,24 @@ func buildVersion() string {
 // me is this replica as its heartbeat publishes it.
 func (s *Scheduler) me() slot.Replica {
 	offset, _ := s.Offset()
-	jobs := make(map[string]string, len(s.jobs))
-	names := make([]string, 0, len(s.jobs))
-	for _, j := range s.jobs {
+	return slot.Replica{ID: s.cfg.replica, Instance: s.instance, Version: s.cfg.version, Started: s.started0,
+		Offset: offset, Jobs: s.table.Jobs, Table: s.table.Table, Names: s.table.Names}
+}
+
+// tableOf is a table as the heartbeat publishes it, computed once: its jobs'
+// settings lines (none past maxListedJobs), its hash and its job names.
+func tableOf(js []*jobState) slot.Replica {
+	jobs := make(map[string]string, len(js))
+	names := make([]string, 0, len(js))
+	for _, j := range js {
 		jobs[j.Name] = settings(j.Job)
 		names = append(names, j.Name)
 	}
-	me := slot.Replica{ID: s.cfg.replica, Instance: s.instance, Version: s.cfg.version, Started: s.started0,
-		Offset: offset, Jobs: jobs, Table: slot.TableHash(jobs), Names: names}
+	t := slot.Replica{Jobs: jobs, Table: slot.TableHash(jobs), Names: names}
 	if len(jobs) > maxListedJobs {
-		me.Jobs = nil // the hash tells tables apart; a list would make every heartbeat read megabytes
+		t.Jobs = nil // the hash tells tables apart; a list would be megabytes to send and compare
 	}
-	return me
+	return t
 }
 
 // maxListedJobs is the largest table a replica lists job by job in its

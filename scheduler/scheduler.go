@@ -64,8 +64,9 @@ type Scheduler struct {
 	looping  atomic.Bool     // the loop runs: Trigger hands it requests
 	loopDone chan struct{}   // closed when the loop has returned
 
-	instance string    // random per New: tells this process from another with its ID
-	started0 time.Time // when Run started
+	table    slot.Replica // the table as the heartbeat publishes it (Jobs, Table, Names): set by New, read only
+	instance string       // random per New: tells this process from another with its ID
+	started0 time.Time    // when Run started
 	peers    peerView
 }
 
@@ -129,6 +130,7 @@ func New(claimer Claimer, registry *jobs.Registry, opts ...Option) (*Scheduler, 
 		return nil, fmt.Errorf("scheduler: telemetry: %w", err)
 	}
 	s.tel = tel
+	s.table = tableOf(s.jobs)
 	return s, nil
 }
 

@@ -25,7 +25,8 @@ type Replica struct {
 	// Jobs maps each job of the replica's table to its settings, in one
 	// canonical line ("schedule=... overlap=... lease_ttl=..."): two replicas
 	// agree on a job when their lines are equal. A large table is not
-	// listed (nil): every heartbeat reads every replica's entry.
+	// listed (nil). In a Registry, a peer that runs the same table as the
+	// reader is not listed either: they agree on every job.
 	Jobs map[string]string
 	// Table is a hash of the whole table (TableHash of its settings lines):
 	// two replicas run the same table when their hashes are equal.

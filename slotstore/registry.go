@@ -18,6 +18,10 @@ const DeploymentsKey = "slotcron:deployments"
 
 func (s *Store) registryKey() string { return s.prefix + ":replicas" }
 
+// listsKey holds each replica's job list (field: its ID). Its hash tag is the
+// registry's key, so one script touches both on a Cluster.
+func (s *Store) listsKey() string { return "{" + s.registryKey() + "}:jobs" }
+
 // replicaJSON is the description a replica publishes in the registry.
 type replicaJSON struct {
 	Version  string            `json:"version,omitempty"`
@@ -36,10 +40,25 @@ type replicaJSON struct {
 // has me.ID. When the shared registry can't be written (an ACL that allows
 // only the prefix's keys), Deployments is nil and that is no error.
 func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Duration) (slot.Registry, error) {
-	desc, err := json.Marshal(replicaJSON{Version: me.Version, Started: me.Started.UnixMilli(), OffsetNS: int64(me.Offset),
-		Jobs: me.Jobs, Table: me.Table})
+	table := me.Table
+	if table == "" && me.Jobs != nil {
+		table = slot.TableHash(me.Jobs)
+	}
+	desc, err := json.Marshal(replicaJSON{Version: me.Version, Started: me.Started.UnixMilli(), OffsetNS: int64(me.Offset), Table: table})
 	if err != nil {
 		return slot.Registry{}, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
+	}
+	// The job list goes out only when Redis may not have this table's.
+	list := ""
+	s.listedMu.Lock()
+	send := me.Jobs != nil && s.listed[me.ID] != table
+	s.listedMu.Unlock()
+	if send {
+		jobsJSON, err := json.Marshal(me.Jobs)
+		if err != nil {
+			return slot.Registry{}, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
+		}
+		list = table + " " + string(jobsJSON)
 	}
 	jobs := slices.Clone(me.Names)
 	if jobs == nil {
@@ -49,7 +68,7 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 	}
 	slices.Sort(jobs)
 	cmds := s.batch(ctx, []call{
-		{heartbeatScript, []string{s.registryKey()}, []any{me.ID, me.Instance, string(desc), stale.Milliseconds()}},
+		{heartbeatScript, []string{s.registryKey(), s.listsKey()}, []any{me.ID, me.Instance, string(desc), stale.Milliseconds(), list}},
 		{deploymentsScript, []string{DeploymentsKey}, []any{s.prefix, strings.Join(jobs, ","), stale.Milliseconds()}},
 	})
 	vals, err := cmds[0].Slice()
@@ -71,13 +90,65 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 	default:
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: unexpected reply %v", vals)
 	}
-	if reg.Replicas, err = parseReplicas(vals[2:]); err != nil {
+	s.listedMu.Lock()
+	if s.listed == nil {
+		s.listed = map[string]string{}
+	}
+	switch {
+	case r.int(2) == 0: // never sent, or lost with Redis's data: send it next time
+		delete(s.listed, me.ID)
+	case send:
+		s.listed[me.ID] = table
+	}
+	s.listedMu.Unlock()
+	if reg.Replicas, err = parseReplicas(vals[3:]); err != nil {
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
+	}
+	if me.Jobs != nil {
+		if err := s.readLists(ctx, reg.Replicas, table); err != nil {
+			return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
+		}
 	}
 	if dvals, err := cmds[1].Slice(); err == nil && len(dvals) > 0 {
 		reg.Deployments = parseDeployments(dvals[1:])
 	}
 	return reg, nil
+}
+
+// readLists fills in the job lists of the replicas that run another table
+// than table (replicas that run the same one agree on every job), from the
+// lists they published. A replica whose list is not there (a large table, or
+// lost with Redis's data) keeps none: only its table hash is known. At most
+// one round trip, and none while every replica runs the same table.
+func (s *Store) readLists(ctx context.Context, reps []slot.Replica, table string) error {
+	var need []int
+	for i, r := range reps {
+		if r.Jobs == nil && r.Table != table {
+			need = append(need, i)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	ids := make([]string, len(need))
+	for k, i := range need {
+		ids[k] = reps[i].ID
+	}
+	pipe := s.rdb.Pipeline()
+	cmd := pipe.HMGet(ctx, s.listsKey(), ids...)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("reading the job lists of %v: %w", ids, err)
+	}
+	for k, i := range need {
+		v, _ := cmd.Val()[k].(string)
+		hash, list, _ := strings.Cut(v, " ")
+		var jobs map[string]string
+		if hash != reps[i].Table || json.Unmarshal([]byte(list), &jobs) != nil {
+			continue // another table's list (its predecessor's), or none
+		}
+		reps[i].Jobs = jobs
+	}
+	return nil
 }
 
 // Registry reads the deployment's live replicas (seen within stale) without
@@ -153,7 +224,7 @@ func parseDeployments(fields []any) []slot.Deployment {
 // this instance's: what a replica does when it stops, so that its peers
 // stop counting it at their next heartbeat. One round trip.
 func (s *Store) Leave(ctx context.Context, me slot.Replica) error {
-	if err := leaveScript.Run(ctx, s.rdb, []string{s.registryKey()}, me.ID, me.Instance).Err(); err != nil {
+	if err := leaveScript.Run(ctx, s.rdb, []string{s.registryKey(), s.listsKey()}, me.ID, me.Instance).Err(); err != nil {
 		return fmt.Errorf("slotstore: leaving the registry: %w", err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,6 +47,9 @@ type Store struct {
 
 	waitReplicas int           // WithWaitReplicas: acknowledgements a claim batch waits for
 	waitTimeout  time.Duration // and for how long
+
+	listedMu sync.Mutex
+	listed   map[string]string // replica ID -> the table hash whose job list Redis has (Heartbeat)
 }
 
 // Option configures New.
