@@ -99,19 +99,25 @@ func (s *Store) ManualRecord(ctx context.Context, job, id string) (rec slot.Reco
 }
 
 // Records returns the job's latest slot records, newest first, at most n:
-// the slots named by its run history whose records are still kept. Two round
-// trips.
+// the slots running now and those named by its run history (of slots' ends),
+// whose records are still kept. Two round trips.
 func (s *Store) Records(ctx context.Context, job string, n int) ([]slot.Record, error) {
 	if err := checkJob(job); err != nil {
 		return nil, err
 	}
 	pipe := s.rdb.Pipeline()
+	running := pipe.ZRevRange(ctx, s.runningKey(job), 0, int64(n-1))
 	entries, err := s.xrevrange(ctx, pipe, job, int64(8*n))
 	if err != nil {
 		return nil, err
 	}
 	var refs []string // unix seconds, or a manual slot's reference
 	seen := map[string]bool{}
+	for _, ref := range running.Val() {
+		seen[ref] = true
+		refs = append(refs, ref)
+	}
+	ended := 0
 	for _, e := range entries {
 		ref := fmt.Sprint(e.Values["slot"])
 		if seen[ref] {
@@ -122,7 +128,7 @@ func (s *Store) Records(ctx context.Context, job string, n int) ([]slot.Record, 
 		}
 		seen[ref] = true
 		refs = append(refs, ref)
-		if len(refs) == n {
+		if ended++; ended == n {
 			break
 		}
 	}
@@ -147,7 +153,7 @@ func (s *Store) Records(ctx context.Context, job string, n int) ([]slot.Record, 
 		}
 	}
 	slices.SortFunc(recs, func(a, b slot.Record) int { return b.Slot.Compare(a.Slot) })
-	return recs, nil
+	return recs[:min(n, len(recs))], nil
 }
 
 func (s *Store) xrevrange(ctx context.Context, pipe redis.Pipeliner, job string, count int64) ([]redis.XMessage, error) {

@@ -186,6 +186,34 @@ func TestFencesSurviveDataLoss(t *testing.T) {
 	}
 }
 
+// TestFenceAboveTheClock: a fence counter ahead of Redis's clock (a
+// failover to a host whose clock is behind the old master's) still gives
+// every claim a fence above the last, one more each time.
+func TestFenceAboveTheClock(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	ahead := time.Now().Add(time.Hour).UnixMicro()
+	if err := rdb.Set(ctx, s.Prefix()+":{ahead}:fence", ahead, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(3) {
+		r := claimOne(t, s, live("ahead", time.Unix(1_700_002_100+i, 0), "r1"))
+		if r.Outcome != slot.OutcomeWon || r.Fence != ahead+1+i {
+			t.Fatalf("claim %d: %+v; want won with fence %d", i, r, ahead+1+i)
+		}
+		finish(s, r.Lease, slot.StateDone, "")
+	}
+	// And once the clock is past the counter, the clock's time again.
+	if err := rdb.Set(ctx, s.Prefix()+":{ahead}:fence", 5, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().UnixMicro()
+	r := claimOne(t, s, live("ahead", time.Unix(1_700_002_200, 0), "r1"))
+	if r.Outcome != slot.OutcomeWon || r.Fence < before-int64(time.Second/time.Microsecond) || r.Fence > time.Now().Add(time.Second).UnixMicro() {
+		t.Fatalf("claim with the counter behind the clock: %+v; want Redis's time in µs (about %d)", r, before)
+	}
+}
+
 // TestProbeReportsDataLoss: the probe reads Redis's clock and the epoch key,
 // which the first probe creates. Once Redis loses its data, the epoch is
 // another one.

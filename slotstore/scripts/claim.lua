@@ -11,7 +11,8 @@
 --   +2  the lease: a string "<token> <slot> <replica>" with the lease TTL;
 --       the job's one lease when overlap is "skip", the slot's own when "allow"
 --   +3  the job's fence counter (never expires; see fence_lib.lua)
---   +4  the job's run history: a stream capped at about ARGV[2] entries
+--   +4  the job's run history: a stream capped at about ARGV[2] entries, of
+--       slots' ends (a claim that wins adds nothing: the running set has it)
 --   +5  the job's high-water mark: a sorted set whose one member, "last",
 --       scores the latest slot (unix s) that has a record
 --   +6  the job's running slots: a sorted set of the slots (unix s) whose
@@ -174,8 +175,6 @@ local function claim(rec, lease, fence, runs, last, running, paused, token, slot
     redis.call('ZADD', last, 'GT', slot, 'last')
     redis.call('ZADD', running, slot, slot)
   end
-  redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', 'claimed', 'replica', replica,
-    'attempt', '1', 'fence', string.format('%.0f', f), 'run_id', run_id)
   return {'won', f, 1, run_id}
 end
 

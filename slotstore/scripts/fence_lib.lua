@@ -9,8 +9,16 @@
 -- restart without persistence, or a failover to a replica that had not
 -- received it (provided the Redis hosts' clocks are in step). Fences stay
 -- below 2^53, exact in Lua's numbers, until the year 2255.
+--
+-- One call in the usual case: the clock has moved on since the last fence,
+-- so Redis's time is the next one (SET ... GET writes it and returns the
+-- last); only when the counter is at or past it (claims of one job within a
+-- microsecond, or a clock behind the counter) is it set again, to last + 1.
 local function next_fence(key, now_us)
-  local f = math.max((tonumber(redis.call('GET', key)) or 0) + 1, now_us)
-  redis.call('SET', key, string.format('%.0f', f))
-  return f
+  local last = tonumber(redis.call('SET', key, string.format('%.0f', now_us), 'GET')) or 0
+  if last + 1 <= now_us then
+    return now_us
+  end
+  redis.call('SET', key, string.format('%.0f', last + 1))
+  return last + 1
 end
