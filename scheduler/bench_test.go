@@ -70,8 +70,14 @@ func (c *countingClaimer) Claim(ctx context.Context, claims []slot.Claim) ([]slo
 }
 
 // statsOut, when set (BENCH_REDIS_STATS=file), receives Redis's INFO
-// commandstats at the end of BenchmarkDispatch.
+// commandstats of the counted ticks, and file.slowlog the commands of
+// slowlogFloorUS or more that they ran (µs, then the first 3 arguments).
 var statsOut = os.Getenv("BENCH_REDIS_STATS")
+
+// slowlogFloorUS is the SLOWLOG threshold during the counted ticks: the
+// longest command is reported exactly when it is at least that long, and as
+// that long when none is.
+const slowlogFloorUS = 100
 
 // BenchmarkDispatch runs replicas of a table of 100 jobs, all due every
 // second, for 10 ticks, and reports the dispatch delay (slot time to job
@@ -165,9 +171,14 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		adminOpts.ReadTimeout = 30 * time.Second
 		admin := redis.NewClient(adminOpts)
 		defer admin.Close()
-		admin.ConfigSet(context.Background(), "slowlog-log-slower-than", "0")
+		// Every command of 100µs or more is logged (so the longest is known
+		// when it is that long; a logged command costs Redis a little, and
+		// logging every one would add to every figure). A claim, a finish or
+		// a read of one slot takes a few µs.
+		admin.ConfigSet(context.Background(), "slowlog-log-slower-than", strconv.Itoa(slowlogFloorUS))
 		admin.ConfigSet(context.Background(), "slowlog-max-len", "100000")
 		admin.Do(context.Background(), "SLOWLOG", "RESET")
+		admin.ConfigResetStat(context.Background())
 		goCPU0, redisCPU0, mallocs0 := cpuNow(b, srv)
 		var base []int64
 		for _, c := range counters {
@@ -175,10 +186,15 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		}
 		sleepUntil(first.Add(time.Duration(ticks)*time.Second - 100*time.Millisecond))
 		goCPU1, redisCPU1, mallocs1 := cpuNow(b, srv)
-		var slowest time.Duration
+		slowest := slowlogFloorUS * time.Microsecond // none logged: under the floor
 		if entries, err := admin.SlowLogGet(context.Background(), -1).Result(); err == nil {
+			var log strings.Builder
 			for _, e := range entries {
 				slowest = max(slowest, e.Duration)
+				fmt.Fprintf(&log, "%d %q\n", e.Duration.Microseconds(), e.Args[:min(3, len(e.Args))])
+			}
+			if statsOut != "" {
+				os.WriteFile(statsOut+".slowlog", []byte(log.String()), 0o644)
 			}
 		}
 		admin.ConfigSet(context.Background(), "slowlog-log-slower-than", "10000")
@@ -189,10 +205,11 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 			checkBatches += c.checkBatches.Load() - base[4*i+2]
 			checkTrips += c.checkTrips.Load() - base[4*i+3]
 		}
+		stats, err := admin.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
 		if statsOut != "" {
-			info := redis.NewClient(srv.Options())
-			stats, _ := info.Info(context.Background(), "commandstats").Result()
-			info.Close()
 			os.WriteFile(statsOut, []byte(stats), 0o644)
 		}
 		// Runs of the counted ticks that start late still count, for 30s.
@@ -228,6 +245,7 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		b.ReportMetric(float64(mallocs1-mallocs0)/float64(ticks), "go-allocs/tick")
 		b.ReportMetric(float64(checkTrips)/float64(replicas*ticks), "check-trips/tick/replica")
 		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e3/float64(njobs*ticks), "redis-cpu-us/slot")
+		b.ReportMetric(float64(commandTime(b, stats, "evalsha").Nanoseconds())/1e3/float64(njobs*ticks), "redis-script-us/slot")
 		lo, hi := njobs*ticks, 0
 		for r := range replicas {
 			n := ran[fmt.Sprint("r", r)]
@@ -274,6 +292,22 @@ func cpuNow(b *testing.B, srv *redistest.Server) (goCPU, redisCPU time.Duration,
 		}
 	}
 	return goCPU, redisCPU, mallocs
+}
+
+// commandTime is the time Redis spent in cmd, from INFO commandstats; a
+// script's time includes the commands it called.
+func commandTime(b *testing.B, stats, cmd string) time.Duration {
+	_, line, ok := strings.Cut(stats, "cmdstat_"+cmd+":")
+	if !ok {
+		return 0
+	}
+	_, usec, _ := strings.Cut(line, "usec=")
+	usec, _, _ = strings.Cut(usec, ",")
+	n, err := strconv.ParseInt(usec, 10, 64)
+	if err != nil {
+		b.Fatalf("INFO commandstats: cmdstat_%s: %v", cmd, err)
+	}
+	return time.Duration(n) * time.Microsecond
 }
 
 // rssNow is this process's resident set size, from /proc.

@@ -17,9 +17,8 @@ import (
 // BenchmarkClaimBatch claims one slot of each of 100 jobs in one Claim (one
 // script call), first as the winner, then as a loser, then peeks at the
 // records as a hedged claim does (Peek: one HMGET per slot, pipelined),
-// then finishes the runs (not measured). It reports what
-// Redis spent running the script, per claim (INFO commandstats, on a server
-// of its own). Calls run back to back here, with Redis's caches warm; a
+// then finishes the runs. It reports what Redis spent running the scripts,
+// per claim and per finish (INFO commandstats, on a server of its own). Calls run back to back here, with Redis's caches warm; a
 // scheduler ticking once a second finds them colder and pays more.
 func BenchmarkClaimBatch(b *testing.B) {
 	srv := redistest.StartOwned(b)
@@ -86,20 +85,9 @@ func BenchmarkClaimBatch(b *testing.B) {
 				leases = append(leases, r.Lease)
 			}
 		}
-		stats, err := rdb.Info(ctx, "commandstats").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, line, ok := strings.Cut(stats, "cmdstat_evalsha:")
-		_, usec, _ := strings.Cut(line, "usec=")
-		usec, _, _ = strings.Cut(usec, ",")
-		n, err := strconv.ParseInt(usec, 10, 64)
-		if !ok || err != nil {
-			b.Fatalf("no EVALSHA time in INFO commandstats: %q", stats)
-		}
-		return time.Duration(n) * time.Microsecond
+		return commandTime("evalsha")
 	}
-	var won, lost, peeked time.Duration
+	var won, lost, peeked, finished time.Duration
 	at := time.Unix(1_700_000_000, 0)
 	for b.Loop() {
 		at = at.Add(time.Second)
@@ -110,16 +98,21 @@ func BenchmarkClaimBatch(b *testing.B) {
 		for i, l := range leases {
 			reqs[i] = slot.FinishRequest{Lease: l, State: slot.StateDone}
 		}
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
 		for _, err := range s.Finish(ctx, reqs) {
 			if err != nil {
 				b.Fatal(err)
 			}
 		}
+		finished += commandTime("evalsha")
 		leases = leases[:0]
 	}
 	b.ReportMetric(float64(won.Microseconds())/float64(b.N*njobs), "redis-us/won-claim")
 	b.ReportMetric(float64(lost.Microseconds())/float64(b.N*njobs), "redis-us/lost-claim")
 	b.ReportMetric(float64(peeked.Microseconds())/float64(b.N*njobs), "redis-us/peek")
+	b.ReportMetric(float64(finished.Microseconds())/float64(b.N*njobs), "redis-us/finish")
 }
 
 // BenchmarkClaimWait is one claim of one slot on a master with one replica,
