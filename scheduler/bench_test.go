@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,6 +74,10 @@ func (c *countingClaimer) Claim(ctx context.Context, claims []slot.Claim) ([]slo
 // commandstats of the counted ticks, and file.slowlog the commands of
 // slowlogFloorUS or more that they ran (µs, then the first 3 arguments).
 var statsOut = os.Getenv("BENCH_REDIS_STATS")
+
+// heapOut, when set (BENCH_HEAP=file), receives a heap profile of this
+// process (every replica) after the counted ticks, before the replicas stop.
+var heapOut = os.Getenv("BENCH_HEAP")
 
 // slowlogFloorUS is the SLOWLOG threshold during the counted ticks: the
 // longest command is reported exactly when it is at least that long, and as
@@ -219,6 +224,13 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 			mu.Unlock()
 			if n >= njobs*ticks {
 				break
+			}
+		}
+		if heapOut != "" { // what the replicas hold once the counted ticks have run
+			runtime.GC()
+			if f, err := os.Create(heapOut); err == nil {
+				pprof.WriteHeapProfile(f)
+				f.Close()
 			}
 		}
 		for _, stop := range stops {

@@ -52,10 +52,8 @@ func (r *runner) onRunEnded(ev runEnded) {
 // nextDue is the earliest time something is due.
 func (r *runner) nextDue() time.Time {
 	var due time.Time
-	for _, n := range r.next {
-		if due.IsZero() || n.Before(due) {
-			due = n
-		}
+	if len(r.next) > 0 {
+		due = r.next[0].at
 	}
 	if len(r.queue) > 0 && (due.IsZero() || r.queue[0].due.Before(due)) {
 		due = r.queue[0].due
@@ -74,26 +72,34 @@ func (r *runner) push(due time.Time, j *jobState, c slot.Claim) {
 func (r *runner) dispatch(ctx context.Context, now time.Time) {
 	var batch []*pending
 	var hedge time.Duration
-	for _, j := range r.s.jobs {
-		for n := r.next[j]; !n.After(now) && len(batch) < maxBatch; n = r.next[j] {
-			p := &pending{due: n, job: j, claim: r.claim(slot.ClaimLive, j, n)}
-			r.next[j] = j.sched.Next(n)
-			if r.hedged(j, n) { // another replica claims it first
-				if hedge == 0 {
-					hedge = r.s.hedge()
-				}
-				p.due, p.hedged = n.Add(hedge), true
-				heap.Push(&r.queue, p)
-				continue
-			}
-			batch = append(batch, p)
+	for len(r.next) > 0 && !r.next[0].at.After(now) && len(batch) < maxBatch {
+		j, n := r.next[0].job, r.next[0].at
+		if after := j.sched.Next(n); after.IsZero() { // no slot after this one
+			heap.Pop(&r.next)
+		} else {
+			r.next[0].at = after
+			heap.Fix(&r.next, 0)
 		}
+		p := &pending{due: n, job: j, claim: r.claim(slot.ClaimLive, j, n)}
+		if r.hedged(j, n) { // another replica claims it first
+			if hedge == 0 {
+				hedge = r.s.hedge()
+			}
+			p.due, p.hedged = n.Add(hedge), true
+			heap.Push(&r.queue, p)
+			continue
+		}
+		batch = append(batch, p)
 	}
 	for len(r.queue) > 0 && !r.queue[0].due.After(now) && len(batch) < maxBatch {
 		batch = append(batch, heap.Pop(&r.queue).(*pending))
 	}
-	for _, j := range r.s.jobs { // last: slots to record missed, oldest first
-		rest := r.backlog[j]
+	for i := 0; len(r.backlog) > 0 && i < len(r.s.jobs); i++ { // last: slots to record missed, oldest first
+		j := r.s.jobs[i]
+		rest, ok := r.backlog[j]
+		if !ok {
+			continue
+		}
 		for len(rest) > 0 && len(batch) < maxBatch {
 			batch = append(batch, &pending{due: now, job: j, claim: r.claim(slot.ClaimMiss, j, rest[0])})
 			rest = rest[1:]
@@ -167,15 +173,16 @@ func (r *runner) refuse(now time.Time, batch []*pending, offset time.Duration) {
 	}
 }
 
-// send claims a batch and acts on each answer. Hedged claims go after the
-// others, which don't wait for them: first a read of their slots' records,
-// and only those with none are claimed; the others are lost, as a claim
-// would say (their preferred replica claimed them).
+// send claims a batch and acts on each answer. Hedged claims and checks on
+// running slots go after the others, which don't wait for them: first a
+// read of their slots' records, which settles most of them (a hedged claim
+// whose slot has a record lost, as a claim would say; a check whose slot
+// has ended needs nothing more), and only the rest are claimed.
 func (r *runner) send(ctx context.Context, batch []*pending) {
-	var own, hedged []*pending
+	var own, peek []*pending
 	for _, p := range batch {
-		if p.hedged {
-			hedged = append(hedged, p)
+		if p.hedged || p.claim.Kind == slot.ClaimTakeover {
+			peek = append(peek, p)
 		} else {
 			own = append(own, p)
 		}
@@ -183,7 +190,7 @@ func (r *runner) send(ctx context.Context, batch []*pending) {
 	if len(own) > 0 {
 		r.claimBatch(ctx, own)
 	}
-	if rest := r.peekHedged(ctx, hedged); len(rest) > 0 {
+	if rest := r.peekFirst(ctx, peek); len(rest) > 0 {
 		r.claimBatch(ctx, rest)
 	}
 }
@@ -345,10 +352,12 @@ func (r *runner) nextCatchup(now time.Time, j *jobState) {
 	r.push(now, j, r.claim(slot.ClaimCatchup, j, rest[0]))
 }
 
-// peekHedged reads the records of the slots of hedged claims, applies a
-// lost answer to those that have one, and returns the rest. When the read
-// fails, every claim goes out: the claim decides anyway.
-func (r *runner) peekHedged(ctx context.Context, batch []*pending) []*pending {
+// peekFirst reads the records of the slots of hedged claims and checks,
+// applies the answer that the read gives (a hedged claim whose slot has a
+// record lost; a check whose slot is no longer running closed), and returns
+// the rest. When the read fails, every claim goes out: the claim decides
+// anyway.
+func (r *runner) peekFirst(ctx context.Context, batch []*pending) []*pending {
 	if len(batch) == 0 {
 		return nil
 	}
@@ -367,14 +376,19 @@ func (r *runner) peekHedged(ctx context.Context, batch []*pending) []*pending {
 	now := r.clock.Now()
 	var rest []*pending
 	for i, p := range batch {
-		rec := recs[i]
-		if rec.State == "" {
+		rec, kind := recs[i], kindSlot
+		var res slot.Result
+		switch {
+		case p.claim.Kind == slot.ClaimTakeover && rec.State != "" && rec.State != slot.StateRunning:
+			kind, res = kindWatch, slot.Result{Outcome: slot.OutcomeClosed, Holder: rec.Owner, State: rec.State}
+		case p.claim.Kind != slot.ClaimTakeover && rec.State != "":
+			res = slot.Result{Outcome: slot.OutcomeLost, Holder: rec.Owner, State: rec.State, Wait: -1}
+		default: // no record, or still running: the claim decides
 			rest = append(rest, p)
 			continue
 		}
-		// Settled as a claim that lost would be; its trace shows the read.
-		res := slot.Result{Outcome: slot.OutcomeLost, Holder: rec.Owner, State: rec.State, Wait: -1}
-		r.apply(ctx, now, p, res, r.s.tel.peeked(ctx, p.claim, res, start, done))
+		// Settled as the claim would be; its trace shows the read.
+		r.apply(ctx, now, p, res, r.s.tel.peeked(ctx, kind, p.claim, res, start, done))
 	}
 	return rest
 }

@@ -37,6 +37,33 @@ func (q *pendingQueue) Pop() any {
 	return p
 }
 
+// nextSlot is a job's next live slot.
+type nextSlot struct {
+	at  time.Time
+	job *jobState
+}
+
+// nextQueue is a min-heap of the jobs' next live slots, by time, then by the
+// jobs' order in the table: the loop finds what is due without looking at
+// every job, which matters with thousands of them.
+type nextQueue []nextSlot
+
+func (q nextQueue) Len() int { return len(q) }
+func (q nextQueue) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].job.idx < q[j].job.idx
+}
+func (q nextQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *nextQueue) Push(x any)   { *q = append(*q, x.(nextSlot)) }
+func (q *nextQueue) Pop() any {
+	old := *q
+	n := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return n
+}
+
 // slotKey names a slot in the runner's maps.
 type slotKey struct {
 	job    string

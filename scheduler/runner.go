@@ -27,7 +27,7 @@ type runner struct {
 	// Owned by the loop goroutine.
 	tokenBase string                    // random, per Run: claim tokens are tokenBase.N
 	tokens    uint64                    // claim tokens made so far
-	next      map[*jobState]time.Time   // the next live slot
+	next      nextQueue                 // each job's next live slot
 	queue     pendingQueue              // retries, catch-ups, watches
 	backlog   map[*jobState][]time.Time // slots to record missed at start, sent maxBatch at a time
 	catchup   map[*jobState][]time.Time // catch-up slots after the one in flight
@@ -65,7 +65,6 @@ func newRunner(s *Scheduler) *runner {
 		log:       s.log.With("slotcron.replica", s.cfg.replica),
 		self:      s.cfg.replica,
 		tokenBase: newTokenBase(),
-		next:      map[*jobState]time.Time{},
 		catchup:   map[*jobState][]time.Time{},
 		backlog:   map[*jobState][]time.Time{},
 		watching:  map[slotKey]bool{},

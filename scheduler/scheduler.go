@@ -75,6 +75,7 @@ type jobState struct {
 	Job
 	sched Schedule
 	fn    jobs.Func
+	idx   int // its place in the table: the order of jobs due at one instant
 }
 
 // New returns a Scheduler for the jobs in opts (WithJobs), whose Funcs are in
@@ -117,7 +118,7 @@ func New(claimer Claimer, registry *jobs.Registry, opts ...Option) (*Scheduler, 
 			}
 		}
 		sched, _ := ParseSchedule(j.Schedule) // Validate parsed it
-		s.jobs = append(s.jobs, &jobState{Job: j, sched: sched, fn: wrap(fn, j)})
+		s.jobs = append(s.jobs, &jobState{Job: j, sched: sched, fn: wrap(fn, j), idx: len(s.jobs)})
 	}
 	if len(cfg.jobs) == 0 {
 		errs = append(errs, errors.New("no jobs: give the cron table with WithJobs"))

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"container/heap"
 	"context"
 	"log/slog"
 	"time"
@@ -43,7 +44,9 @@ func (r *runner) startup(ctx context.Context) bool {
 	start := r.clock.Now()
 	for _, j := range r.s.jobs {
 		p := planStartup(j.Job, j.sched, states[j.Name], start, r.s.cfg.maxSkew)
-		r.next[j] = p.live
+		if !p.live.IsZero() {
+			heap.Push(&r.next, nextSlot{at: p.live, job: j})
+		}
 		for _, at := range p.check {
 			r.watching[target{at: at}.key(j.Name)] = true
 			r.push(start, j, r.claim(slot.ClaimTakeover, j, at))

@@ -251,11 +251,12 @@ func (st *slotTrace) end(e ending) {
 	span.End()
 }
 
-// peeked starts the trace of a hedged claim that a read of its slot's
-// record (Peek, from start to done) answered with res: its root span, with
-// a lock.peek child where a claim would have lock.claim. The caller ends it.
-func (t *telemetry) peeked(ctx context.Context, c slot.Claim, res slot.Result, start, done time.Time) *slotTrace {
-	st := t.beginSlotAt(ctx, "slot", c, start)
+// peeked starts the trace of a hedged claim or a check (kind) that a read of
+// its slot's record (Peek, from start to done) answered with res: its root
+// span, with a lock.peek child where a claim would have lock.claim. The
+// caller ends it.
+func (t *telemetry) peeked(ctx context.Context, kind string, c slot.Claim, res slot.Result, start, done time.Time) *slotTrace {
+	st := t.beginSlotAt(ctx, kind, c, start)
 	if st.span.IsRecording() {
 		_, peek := t.tracer.Start(st.ctx, "lock.peek", append(clientSpanStart, trace.WithTimestamp(start))...)
 		peek.SetAttributes(attrOutcome.String(string(res.Outcome)), attrHolder.String(res.Holder))
