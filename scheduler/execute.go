@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -49,15 +50,11 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, lease slot.Lease, st 
 
 	// Record a loss when it happens, whatever ended the lease: a failed token
 	// check, or the TTL running out while renewals hang.
-	lossRecorded := make(chan struct{})
-	stopWatch := context.AfterFunc(lease.Context(), func() {
-		defer close(lossRecorded)
-		if cause := context.Cause(lease.Context()); errors.Is(cause, slot.ErrLeaseLost) {
-			r.s.tel.lost(j.Name)
-			st.lost(cause)
-			log.Error("lease lost: the job's context is cancelled", "error", cause)
-			r.s.emit(slotEvent(EventLeaseLost, claimOf(j, manual, lease), run.Attempt, run.Fence, run.RunID, cause.Error()))
-		}
+	settleLoss := watchLoss(lease.Context(), func(cause error) {
+		r.s.tel.lost(j.Name)
+		st.lost(cause)
+		log.Error("lease lost: the job's context is cancelled", "error", cause)
+		r.s.emit(slotEvent(EventLeaseLost, claimOf(j, manual, lease), run.Attempt, run.Fence, run.RunID, cause.Error()))
 	})
 	ctx, cancel := context.WithCancelCause(lease.Context())
 	defer cancel(nil)
@@ -71,9 +68,7 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, lease slot.Lease, st 
 	began := time.Now()
 	err := j.fn(ctx, run) // j.fn recovers panics and applies the timeout (jobs middleware)
 	took := time.Since(began)
-	if !stopWatch() {
-		<-lossRecorded // a loss is on the run span before it ends
-	}
+	settleLoss() // a loss is recorded, and on the run span, before it ends
 	r.renew.remove(lease)
 
 	state, text := outcome(err, ctx, lease, j.OnOwnerLost)
@@ -117,6 +112,28 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, lease slot.Lease, st 
 			"state", string(state), "error", ferr)
 	}
 	return state
+}
+
+// watchLoss calls record, once, when ctx (a lease's) ends with a lost
+// lease, as soon as it ends. settle, called once the run has returned, sees
+// to it that record has been called by then if the lease was lost, or calls
+// it: a run that returns as soon as its context ends can get there before
+// the watch has started (ctx's cancellation reaches its children in no set
+// order, the run's context and the watch among them), and stopping the
+// watch then must not lose the loss.
+func watchLoss(ctx context.Context, record func(cause error)) (settle func()) {
+	once := sync.OnceFunc(func() {
+		if cause := context.Cause(ctx); errors.Is(cause, slot.ErrLeaseLost) {
+			record(cause)
+		}
+	})
+	stop := context.AfterFunc(ctx, once)
+	return func() {
+		stop()
+		if ctx.Err() != nil {
+			once() // runs record, or waits until the watch's call has
+		}
+	}
 }
 
 // finish records the outcome through the finisher, retrying network
