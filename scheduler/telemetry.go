@@ -2,13 +2,12 @@ package scheduler
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/slotcron/slotcron/slot"
 )
 
 // Attribute keys, shared by spans, metrics and logs.
@@ -50,36 +49,21 @@ type telemetry struct {
 	recUnrepl metric.Int64Counter
 }
 
-// jobMetrics are a job's metric options, built once (as the slices the
-// variadic Add and Record take, so that a call allocates nothing).
+// jobMetrics are a job's metric options, each built once, when first used
+// (as the slices the variadic Add and Record take, so that a call allocates
+// nothing after the first). A replica uses few of a job's outcomes and
+// states (won, or lost; done): building all of them for every job took
+// about 3.7 KB a job, 36 MB for a table of 10,000.
 type jobMetrics struct {
-	jobAdd    []metric.AddOption               // {job}
-	jobRecord []metric.RecordOption            // {job}
-	outcomes  map[string][]metric.AddOption    // {job, outcome}
-	states    map[string][]metric.RecordOption // {job, state}
+	jobAdd    []metric.AddOption    // {job}
+	jobRecord []metric.RecordOption // {job}
+	outcomes  sync.Map              // outcome -> []metric.AddOption {job, outcome}
+	states    sync.Map              // state -> []metric.RecordOption {job, state}
 }
-
-// Every outcome and final state the scheduler records, for jobMetrics.
-var (
-	metricOutcomes = append(names(slot.Outcomes), outcomeError, outcomeRefused)
-	metricStates   = names(slot.RunStates)
-)
 
 func newJobMetrics(job string) *jobMetrics {
 	byJob := metric.WithAttributeSet(attribute.NewSet(attribute.String("job", job)))
-	m := &jobMetrics{
-		jobAdd:    []metric.AddOption{byJob},
-		jobRecord: []metric.RecordOption{byJob},
-		outcomes:  make(map[string][]metric.AddOption, len(metricOutcomes)),
-		states:    make(map[string][]metric.RecordOption, len(metricStates)),
-	}
-	for _, o := range metricOutcomes {
-		m.outcomes[o] = []metric.AddOption{outcomeSet(job, o)}
-	}
-	for _, st := range metricStates {
-		m.states[st] = []metric.RecordOption{stateSet(job, st)}
-	}
-	return m
+	return &jobMetrics{jobAdd: []metric.AddOption{byJob}, jobRecord: []metric.RecordOption{byJob}}
 }
 
 func outcomeSet(job, outcome string) metric.MeasurementOption {
@@ -100,17 +84,19 @@ func (t *telemetry) metricsOf(job string) *jobMetrics {
 }
 
 func (m *jobMetrics) outcome(job, outcome string) []metric.AddOption {
-	if o, ok := m.outcomes[outcome]; ok {
-		return o
+	if o, ok := m.outcomes.Load(outcome); ok {
+		return o.([]metric.AddOption)
 	}
-	return []metric.AddOption{outcomeSet(job, outcome)}
+	o, _ := m.outcomes.LoadOrStore(outcome, []metric.AddOption{outcomeSet(job, outcome)})
+	return o.([]metric.AddOption)
 }
 
 func (m *jobMetrics) state(job, state string) []metric.RecordOption {
-	if o, ok := m.states[state]; ok {
-		return o
+	if o, ok := m.states.Load(state); ok {
+		return o.([]metric.RecordOption)
 	}
-	return []metric.RecordOption{stateSet(job, state)}
+	o, _ := m.states.LoadOrStore(state, []metric.RecordOption{stateSet(job, state)})
+	return o.([]metric.RecordOption)
 }
 
 func newTelemetry(cfg config, jobs []string) (*telemetry, error) {
@@ -216,14 +202,6 @@ func (t *telemetry) dataLost() { t.dataLoss.Add(context.Background(), 1) }
 
 func (t *telemetry) offset(d time.Duration) {
 	t.offsetG.Record(context.Background(), d.Seconds())
-}
-
-func names[S ~string](xs []S) []string {
-	out := make([]string, len(xs))
-	for i, x := range xs {
-		out[i] = string(x)
-	}
-	return out
 }
 
 // durationBuckets are slotcron.job_duration's bucket bounds, in seconds,

@@ -128,7 +128,7 @@ const (
 	OutcomePaused    Outcome = "paused"    // the job is paused: recorded paused, with the pause's note (Reason)
 )
 
-// Outcomes lists every Outcome, for metrics that pre-build their label sets.
+// Outcomes lists every Outcome.
 var Outcomes = []Outcome{OutcomeWon, OutcomeLost, OutcomeSkipped, OutcomeBusy, OutcomeMissed,
 	OutcomeAlive, OutcomeAbandoned, OutcomeClosed, OutcomeGone, OutcomeEarly, OutcomePaused}
 
