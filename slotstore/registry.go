@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slotcron/slotcron/slot"
 )
 
@@ -18,9 +20,11 @@ const DeploymentsKey = "slotcron:deployments"
 
 func (s *Store) registryKey() string { return s.prefix + ":replicas" }
 
-// listsKey holds each replica's job list (field: its ID). Its hash tag is the
-// registry's key, so one script touches both on a Cluster.
-func (s *Store) listsKey() string { return "{" + s.registryKey() + "}:jobs" }
+// listsKey holds each replica's job list (field: its ID, value "<table
+// hash> <json>"). It is under the prefix (an ACL may allow only the
+// prefix's keys), in another Cluster slot than the registry, so no script
+// touches both: Heartbeat and Leave write and read it with plain commands.
+func (s *Store) listsKey() string { return s.prefix + ":replicas:jobs" }
 
 // replicaJSON is the description a replica publishes in the registry.
 type replicaJSON struct {
@@ -68,7 +72,7 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 	}
 	slices.Sort(jobs)
 	cmds := s.batch(ctx, []call{
-		{heartbeatScript, []string{s.registryKey(), s.listsKey()}, []any{me.ID, me.Instance, string(desc), stale.Milliseconds(), list}},
+		{heartbeatScript, []string{s.registryKey()}, []any{me.ID, me.Instance, string(desc), stale.Milliseconds()}},
 		{deploymentsScript, []string{DeploymentsKey}, []any{s.prefix, strings.Join(jobs, ","), stale.Milliseconds()}},
 	})
 	vals, err := cmds[0].Slice()
@@ -90,24 +94,15 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 	default:
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: unexpected reply %v", vals)
 	}
-	s.listedMu.Lock()
-	if s.listed == nil {
-		s.listed = map[string]string{}
+	pruned := int(r.int(2))
+	if len(vals) < 3+pruned {
+		return reg, fmt.Errorf("slotstore: sending the heartbeat: unexpected reply %v", vals)
 	}
-	switch {
-	case r.int(2) == 0: // never sent, or lost with Redis's data: send it next time
-		delete(s.listed, me.ID)
-	case send:
-		s.listed[me.ID] = table
-	}
-	s.listedMu.Unlock()
-	if reg.Replicas, err = parseReplicas(vals[3:]); err != nil {
+	if reg.Replicas, err = parseReplicas(vals[3+pruned:]); err != nil {
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
-	if me.Jobs != nil {
-		if err := s.readLists(ctx, reg.Replicas, table); err != nil {
-			return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
-		}
+	if err := s.syncLists(ctx, me.ID, table, list, vals[3:3+pruned], reg.Replicas); err != nil {
+		return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
 	if dvals, err := cmds[1].Slice(); err == nil && len(dvals) > 0 {
 		reg.Deployments = parseDeployments(dvals[1:])
@@ -115,38 +110,63 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 	return reg, nil
 }
 
-// readLists fills in the job lists of the replicas that run another table
-// than table (replicas that run the same one agree on every job), from the
-// lists they published. A replica whose list is not there (a large table, or
-// lost with Redis's data) keeps none: only its table hash is known. At most
-// one round trip, and none while every replica runs the same table.
-func (s *Store) readLists(ctx context.Context, reps []slot.Replica, table string) error {
+// syncLists is a heartbeat's second round trip, for the job lists: it
+// writes this replica's list (list, unless ""), learns whether Redis has it
+// (when not, it goes out with the next heartbeat: never sent, or lost with
+// Redis's data), removes the lists of the entries the heartbeat pruned, and
+// fills in the lists of the replicas that run another table than table
+// (replicas that run the same one agree on every job). A replica whose list
+// is not there (a large table, an older version, or lost with Redis's data)
+// keeps none: only its table hash is known.
+func (s *Store) syncLists(ctx context.Context, id, table, list string, pruned []any, reps []slot.Replica) error {
 	var need []int
 	for i, r := range reps {
 		if r.Jobs == nil && r.Table != table {
 			need = append(need, i)
 		}
 	}
-	if len(need) == 0 {
-		return nil
-	}
 	ids := make([]string, len(need))
 	for k, i := range need {
 		ids[k] = reps[i].ID
 	}
 	pipe := s.rdb.Pipeline()
-	cmd := pipe.HMGet(ctx, s.listsKey(), ids...)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("reading the job lists of %v: %w", ids, err)
+	if list != "" {
+		pipe.HSet(ctx, s.listsKey(), id, list)
 	}
+	has := pipe.HExists(ctx, s.listsKey(), id)
+	if len(pruned) > 0 {
+		fields := make([]string, len(pruned))
+		for i, p := range pruned {
+			fields[i], _ = p.(string)
+		}
+		pipe.HDel(ctx, s.listsKey(), fields...)
+	}
+	var lists *redis.SliceCmd
+	if len(ids) > 0 {
+		lists = pipe.HMGet(ctx, s.listsKey(), ids...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("the job lists: %w", err)
+	}
+	s.listedMu.Lock()
+	if s.listed == nil {
+		s.listed = map[string]string{}
+	}
+	switch {
+	case !has.Val():
+		delete(s.listed, id)
+	case list != "":
+		s.listed[id] = table
+	}
+	s.listedMu.Unlock()
 	for k, i := range need {
-		v, _ := cmd.Val()[k].(string)
-		hash, list, _ := strings.Cut(v, " ")
-		var jobs map[string]string
-		if hash != reps[i].Table || json.Unmarshal([]byte(list), &jobs) != nil {
+		v, _ := lists.Val()[k].(string)
+		hash, jobs, _ := strings.Cut(v, " ")
+		var m map[string]string
+		if hash != reps[i].Table || json.Unmarshal([]byte(jobs), &m) != nil {
 			continue // another table's list (its predecessor's), or none
 		}
-		reps[i].Jobs = jobs
+		reps[i].Jobs = m
 	}
 	return nil
 }
@@ -224,8 +244,19 @@ func parseDeployments(fields []any) []slot.Deployment {
 // this instance's: what a replica does when it stops, so that its peers
 // stop counting it at their next heartbeat. One round trip.
 func (s *Store) Leave(ctx context.Context, me slot.Replica) error {
-	if err := leaveScript.Run(ctx, s.rdb, []string{s.registryKey(), s.listsKey()}, me.ID, me.Instance).Err(); err != nil {
+	left, err := leaveScript.Run(ctx, s.rdb, []string{s.registryKey()}, me.ID, me.Instance).Int()
+	if err != nil {
 		return fmt.Errorf("slotstore: leaving the registry: %w", err)
+	}
+	s.listedMu.Lock()
+	delete(s.listed, me.ID) // sent again if it comes back
+	s.listedMu.Unlock()
+	if left == 1 { // its list too (a successor under the same ID keeps its own)
+		pipe := s.rdb.Pipeline()
+		pipe.HDel(ctx, s.listsKey(), me.ID)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("slotstore: leaving the registry: %w", err)
+		}
 	}
 	return nil
 }

@@ -6,7 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // TestHeartbeatJobLists: a replica's registry entry is small; its job list
@@ -34,8 +38,7 @@ func TestHeartbeatJobLists(t *testing.T) {
 		}
 		return out
 	}
-	lists := s.Prefix() + ":replicas" // the lists' key is {<registry>}:jobs
-	lists = "{" + lists + "}:jobs"
+	lists := s.Prefix() + ":replicas:jobs"
 	beat(a)
 	beat(a2)
 	seen := beat(b)
@@ -65,6 +68,9 @@ func TestHeartbeatJobLists(t *testing.T) {
 	}
 	// ... and the one after sends it.
 	beat(a)
+	if !rdb.HExists(ctx, lists, "a").Val() {
+		t.Fatal("a's list was not sent again")
+	}
 	if seen := beat(b); seen["a"].Jobs["j"] != "schedule=@every 1s" {
 		t.Fatalf("b's view once a sent its list again: %+v", seen["a"])
 	}
@@ -80,5 +86,69 @@ func TestHeartbeatJobLists(t *testing.T) {
 	}
 	if rdb.HExists(ctx, lists, "a").Val() {
 		t.Fatal("a left, its list stayed")
+	}
+}
+
+// TestHeartbeatUnderAPrefixACL: a replica whose Redis user may touch only
+// its prefix's keys heartbeats (the registry of every deployment, outside
+// the prefix, is left out), publishes and reads job lists, and leaves.
+func TestHeartbeatUnderAPrefixACL(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	ctx := context.Background()
+	admin := srv.Client()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "scoped", "on", ">secret", "resetkeys", "~acl:*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := srv.Options()
+	opts.Username, opts.Password = "scoped", "secret"
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	s, err := slotstore.New(rdb, "acl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobsA, jobsB := map[string]string{"j": "schedule=@every 1s"}, map[string]string{"j": "schedule=@every 2s"}
+	a := slot.Replica{ID: "a", Instance: "a-1", Started: time.Now(), Jobs: jobsA, Table: slot.TableHash(jobsA)}
+	b := slot.Replica{ID: "b", Instance: "b-1", Started: time.Now(), Jobs: jobsB, Table: slot.TableHash(jobsB)}
+	if _, err := s.Heartbeat(ctx, a, time.Minute); err != nil {
+		t.Fatalf("heartbeat under a prefix-only ACL: %v", err)
+	}
+	reg, err := s.Heartbeat(ctx, b, time.Minute)
+	if err != nil {
+		t.Fatalf("heartbeat under a prefix-only ACL: %v", err)
+	}
+	if len(reg.Replicas) != 2 || reg.Replicas[0].Jobs["j"] != "schedule=@every 1s" || reg.Deployments != nil {
+		t.Fatalf("b's view: %+v; want a's list, and no deployments (not readable)", reg)
+	}
+	if err := s.Leave(ctx, a); err != nil {
+		t.Fatalf("leave under a prefix-only ACL: %v", err)
+	}
+}
+
+// TestHeartbeatPrunesLists: an entry not seen for ten stale windows is
+// removed from the registry, and its job list with it.
+func TestHeartbeatPrunesLists(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	jobs := map[string]string{"j": "schedule=@every 1s"}
+	gone := slot.Replica{ID: "gone", Instance: "g-1", Started: time.Now(), Jobs: jobs, Table: slot.TableHash(jobs)}
+	here := slot.Replica{ID: "here", Instance: "h-1", Started: time.Now(), Jobs: jobs, Table: slot.TableHash(jobs)}
+	const stale = 20 * time.Millisecond
+	if _, err := s.Heartbeat(ctx, gone, stale); err != nil {
+		t.Fatal(err)
+	}
+	lists := s.Prefix() + ":replicas:jobs"
+	if !rdb.HExists(ctx, lists, "gone").Val() {
+		t.Fatal("no list for gone")
+	}
+	time.Sleep(11 * stale)
+	if _, err := s.Heartbeat(ctx, here, stale); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.HExists(ctx, s.Prefix()+":replicas", "gone").Val() || rdb.HExists(ctx, lists, "gone").Val() {
+		t.Fatal("gone's entry or list outlived ten stale windows")
+	}
+	if !rdb.HExists(ctx, lists, "here").Val() {
+		t.Fatal("here's list is missing")
 	}
 }

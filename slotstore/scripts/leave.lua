@@ -4,7 +4,6 @@
 -- process's entry is removed: a successor under the same ID keeps its own.
 --
 -- KEYS[1]  the registry: a hash, field = replica ID, value "<instance> <seen_ms> <json>"
--- KEYS[2]  the job lists: a hash, field = replica ID (see heartbeat.lua)
 -- ARGV[1]  the replica ID
 -- ARGV[2]  its instance
 --
@@ -12,7 +11,6 @@
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if cur and string.match(cur, '^(%S+) ') == ARGV[2] then
   redis.call('HDEL', KEYS[1], ARGV[1])
-  redis.call('HDEL', KEYS[2], ARGV[1])
   return 1
 end
 return 0
