@@ -23,18 +23,26 @@ const coalesce = 100 * time.Millisecond
 func (r *runner) loop(ctx context.Context) {
 	for {
 		r.dispatch(ctx, r.clock.Now())
-		t := r.clock.NewTimer(r.nextDue().Sub(r.clock.Now()))
+		var t Timer
+		var fired <-chan time.Time // nil, never ready, while nothing is due (every schedule has run out)
+		if due := r.nextDue(); !due.IsZero() {
+			t = r.clock.NewTimer(due.Sub(r.clock.Now()))
+			fired = t.C()
+		}
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C():
+		case <-fired:
 		case ev := <-r.runEnded:
 			r.onRunEnded(ev)
 		case req := <-r.s.triggers:
 			r.onTrigger(r.clock.Now(), req)
 		}
-		t.Stop()
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
 	}
 }
 
