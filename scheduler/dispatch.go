@@ -88,7 +88,7 @@ func (r *runner) dispatch(ctx context.Context, now time.Time) {
 			r.next[0].at = after
 			heap.Fix(&r.next, 0)
 		}
-		p := &pending{due: n, job: j, claim: r.claim(slot.ClaimLive, j, n)}
+		p := &pending{due: n, job: j, claim: r.bareClaim(slot.ClaimLive, j, n)}
 		if r.hedged(j, n) { // another replica claims it first
 			if hedge == 0 {
 				hedge = r.s.hedge()
@@ -207,6 +207,7 @@ func (r *runner) send(ctx context.Context, batch []*pending) {
 func (r *runner) claimBatch(ctx context.Context, batch []*pending) {
 	claims := make([]slot.Claim, len(batch))
 	for i, p := range batch {
+		r.identify(&p.claim) // a claim sent for the first time gets its token and run ID
 		claims[i] = p.claim
 	}
 	traces := r.s.tel.beginSlots(ctx, len(batch), func(i int) (string, slot.Claim) {

@@ -127,8 +127,9 @@ func TestSpreadSurvivesALostPreferred(t *testing.T) {
 		l := &runLog{runs: map[int64][]ran{}}
 		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
 		var cut *replica
+		claims := &claimCounter{}
 		for _, id := range []string{"r1", "r2", "r3"} {
-			r := h.start(id, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+			r := h.startWith(id, replicaOpts{claimer: claims.wrap}, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
 			if id == "r2" {
 				cut = r
 			}
@@ -157,6 +158,11 @@ func TestSpreadSurvivesALostPreferred(t *testing.T) {
 		if late == 0 {
 			t.Errorf("no slot started late while r2 was cut off: were any of its slots preferred to it?")
 		}
+		claims.mu.Lock()
+		if claims.late == 0 || claims.unidentified != 0 {
+			t.Errorf("%d hedged claims sent, %d claims sent without a token or run ID; want some, and none", claims.late, claims.unidentified)
+		}
+		claims.mu.Unlock()
 		t.Logf("%d slots started one hedge late while r2 was cut off and still listed live", late)
 	})
 }
@@ -198,6 +204,9 @@ func TestSpreadTakesInANewReplica(t *testing.T) {
 type claimCounter struct {
 	mu          sync.Mutex
 	early, late int
+	// unidentified counts claims sent without the token and run ID their
+	// run would take (a hedged claim gets them only when it is sent).
+	unidentified int
 }
 
 func (c *claimCounter) wrap(s *slotstore.Store) scheduler.Claimer { return liveClaimCounter{s, c} }
@@ -215,6 +224,9 @@ func (cc liveClaimCounter) Claim(ctx context.Context, claims []slot.Claim) ([]sl
 	now := time.Now()
 	cc.c.mu.Lock()
 	for _, c := range claims {
+		if c.Kind != slot.ClaimMiss && c.Kind != slot.ClaimExpire && (c.Token == "" || c.RunID == "") {
+			cc.c.unidentified++
+		}
 		if c.Kind != slot.ClaimLive {
 			continue
 		}

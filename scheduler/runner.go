@@ -149,16 +149,32 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 // token and a run ID of its own, which it keeps when it is sent again: a
 // claim whose reply was lost is then recognised as the same claim.
 func (r *runner) claim(kind slot.Kind, j *jobState, at time.Time) slot.Claim {
+	c := r.bareClaim(kind, j, at)
+	r.identify(&c)
+	return c
+}
+
+// bareClaim is claim without the token and run ID, which identify adds when
+// it is sent: a hedged claim waits with none, as most are settled by a read
+// of their slot's record and never sent.
+func (r *runner) bareClaim(kind slot.Kind, j *jobState, at time.Time) slot.Claim {
 	c := claim(kind, j.Job, at, r.self)
 	if kind == slot.ClaimLive {
 		c.MaxEarly = r.s.cfg.maxSkew
 	}
-	if kind != slot.ClaimMiss && kind != slot.ClaimExpire {
-		r.tokens++
-		c.Token = r.tokenBase + "." + strconv.FormatUint(r.tokens, 10)
-		c.RunID = uuid.Must(uuid.NewV7()).String()
-	}
 	return c
+}
+
+// identify gives c the token and run ID its run takes if it wins, unless it
+// has them (a claim sent again keeps its own, so that the store knows it) or
+// needs none.
+func (r *runner) identify(c *slot.Claim) {
+	if c.Token != "" || c.Kind == slot.ClaimMiss || c.Kind == slot.ClaimExpire {
+		return
+	}
+	r.tokens++
+	c.Token = r.tokenBase + "." + strconv.FormatUint(r.tokens, 10)
+	c.RunID = uuid.Must(uuid.NewV7()).String()
 }
 
 // newTokenBase returns 128 random bits, base64url-encoded.
