@@ -257,7 +257,8 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		b.ReportMetric(float64(mallocs1-mallocs0)/float64(ticks), "go-allocs/tick")
 		b.ReportMetric(float64(checkTrips)/float64(replicas*ticks), "check-trips/tick/replica")
 		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e3/float64(njobs*ticks), "redis-cpu-us/slot")
-		b.ReportMetric(float64(commandTime(b, stats, "evalsha").Nanoseconds())/1e3/float64(njobs*ticks), "redis-script-us/slot")
+		scripts, _ := redistest.CommandTime(stats, "evalsha") // none ran: 0
+		b.ReportMetric(float64(scripts.Nanoseconds())/1e3/float64(njobs*ticks), "redis-script-us/slot")
 		lo, hi := njobs*ticks, 0
 		for r := range replicas {
 			n := ran[fmt.Sprint("r", r)]
@@ -304,22 +305,6 @@ func cpuNow(b *testing.B, srv *redistest.Server) (goCPU, redisCPU time.Duration,
 		}
 	}
 	return goCPU, redisCPU, mallocs
-}
-
-// commandTime is the time Redis spent in cmd, from INFO commandstats; a
-// script's time includes the commands it called.
-func commandTime(b *testing.B, stats, cmd string) time.Duration {
-	_, line, ok := strings.Cut(stats, "cmdstat_"+cmd+":")
-	if !ok {
-		return 0
-	}
-	_, usec, _ := strings.Cut(line, "usec=")
-	usec, _, _ = strings.Cut(usec, ",")
-	n, err := strconv.ParseInt(usec, 10, 64)
-	if err != nil {
-		b.Fatalf("INFO commandstats: cmdstat_%s: %v", cmd, err)
-	}
-	return time.Duration(n) * time.Microsecond
 }
 
 // rssNow is this process's resident set size, from /proc.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -47,14 +46,11 @@ func BenchmarkClaimBatch(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		_, line, ok := strings.Cut(stats, "cmdstat_"+cmd+":")
-		_, usec, _ := strings.Cut(line, "usec=")
-		usec, _, _ = strings.Cut(usec, ",")
-		n, err := strconv.ParseInt(usec, 10, 64)
-		if !ok || err != nil {
+		d, ok := redistest.CommandTime(stats, cmd)
+		if !ok {
 			b.Fatalf("no %s time in INFO commandstats: %q", cmd, stats)
 		}
-		return time.Duration(n) * time.Microsecond
+		return d
 	}
 	// peekTime peeks at the claims' records (what a hedged claim does
 	// first) and returns Redis's time in HMGET for them.

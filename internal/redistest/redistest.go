@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -371,4 +372,21 @@ func randomHex(n int) string {
 		panic(err) // crypto/rand never fails on supported platforms
 	}
 	return hex.EncodeToString(b)
+}
+
+// CommandTime reads, from the text of INFO commandstats, the time Redis spent
+// in cmd (lower case, as INFO names it; a script's time includes the
+// commands it called); ok is false when cmd has no line or an unreadable one.
+func CommandTime(stats, cmd string) (d time.Duration, ok bool) {
+	_, line, found := strings.Cut(stats, "cmdstat_"+cmd+":")
+	if !found {
+		return 0, false
+	}
+	_, usec, _ := strings.Cut(line, "usec=")
+	usec, _, _ = strings.Cut(usec, ",")
+	n, err := strconv.ParseInt(usec, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(n) * time.Microsecond, true
 }

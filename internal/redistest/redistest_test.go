@@ -296,3 +296,16 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	t.Logf("failover from %s to %s", from, to)
 }
+
+func TestCommandTime(t *testing.T) {
+	stats := "# Commandstats\r\ncmdstat_hmget:calls=8,usec=12,usec_per_call=1.50\r\ncmdstat_evalsha:calls=3,usec=900,usec_per_call=300.00,rejected_calls=0\r\n"
+	if d, ok := CommandTime(stats, "evalsha"); !ok || d != 900*time.Microsecond {
+		t.Fatalf("evalsha: %v %v, want 900µs", d, ok)
+	}
+	if d, ok := CommandTime(stats, "hmget"); !ok || d != 12*time.Microsecond {
+		t.Fatalf("hmget: %v %v, want 12µs", d, ok)
+	}
+	if _, ok := CommandTime(stats, "get"); ok {
+		t.Fatal("get has no line, want ok false")
+	}
+}
