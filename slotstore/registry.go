@@ -38,8 +38,9 @@ type replicaJSON struct {
 // Heartbeat publishes me in the deployment's registry (<prefix>:replicas) and
 // its prefix and jobs in the registry every deployment shares
 // (DeploymentsKey), and reads both back: the live replicas (seen within
-// stale, this one included) and the other live prefixes. One round trip (two
-// script calls, one per key). It returns an error wrapping
+// stale, this one included) and the other live prefixes. Two round trips:
+// the two script calls, one per key, then the job lists (syncLists). It
+// returns an error wrapping
 // slot.ErrDuplicateReplica, and writes nothing, when another live instance
 // has me.ID. When the shared registry can't be written (an ACL that allows
 // only the prefix's keys), Deployments is nil and that is no error.
