@@ -63,7 +63,13 @@ type Claim struct {
 	// MaxEarly, for ClaimLive: the store refuses the claim, and records
 	// nothing, when the slot is more than this ahead of its clock (the
 	// replica's clock runs ahead). 0: no limit.
-	MaxEarly    time.Duration
+	MaxEarly time.Duration
+	// Ahead, for ClaimLive: the claim is sent before its slot's time, and its
+	// run waits for that time. A run of the job in progress then answers
+	// OutcomeBusy and records nothing (the claim goes again at the slot's
+	// time, when that run may have ended), and a won slot's record says it
+	// started at the slot's time.
+	Ahead       bool
 	Reason      string // ClaimLive and ClaimMiss: why a missed slot was missed
 	Retry       bool   // ClaimTakeover: on_owner_lost is retry
 	MaxAttempts int    // ClaimTakeover: the attempt limit

@@ -124,6 +124,9 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 		if c.AllowOverlap {
 			p.overlap = "allow"
 		}
+		if c.Kind == slot.ClaimLive && c.Ahead {
+			p.mode = "ahead"
+		}
 		if p.reason == "" {
 			p.reason = "misfire"
 		}

@@ -32,7 +32,10 @@
 --       "miss" records the slot missed unless it has a record; "expire"
 --       records it missed, unless it has a record, once its deadline has
 --       passed, and answers early before that; "manual" claims a manual
---       slot: like "live", with no deadline
+--       slot: like "live", with no deadline; "ahead": like "live", for a
+--       claim sent before the slot's time (its run waits for it): a run in
+--       progress answers busy and records nothing, and a won record's
+--       started is the slot's time
 --   +5  the reason recorded with a missed slot
 --   +6  mode "live": the most the slot may be ahead of Redis's clock, ms (the
 --       claimant's max_skew); a claim earlier than that is refused, with
@@ -56,7 +59,8 @@
 --                                                lost the job's lease meanwhile)
 --   {"skipped", holder, holder_slot, pttl}       recorded: the run of holder_slot holds the lease
 --                                                (holder_slot: unix s, or a manual slot's "m:<id>")
---   {"busy", holder, pttl, holder_slot}          mode "wait": a run holds the lease; nothing recorded
+--   {"busy", holder, pttl, holder_slot}          modes "wait" and "ahead": a run holds the lease;
+--                                                nothing recorded
 --   {"missed", late_ms}                          recorded: past the deadline, or mode "miss"
 --   {"paused", why}                              recorded paused (modes "live" and "wait"): the
 --                                                job's pause stands; why quotes it
@@ -129,7 +133,8 @@ local function claim(rec, lease, fence, runs, last, running, paused, token, slot
     close_unrun(rec, runs, last, slot, retention, 'missed', reason)
     return {'missed', late}
   end
-  if mode == 'live' and tonumber(early) > 0 and -late > tonumber(early) then
+  local live = mode == 'live' or mode == 'ahead'
+  if live and tonumber(early) > 0 and -late > tonumber(early) then
     return {'early', -late}
   end
   local pause = redis.call('HMGET', paused, 'note', 'by')
@@ -141,7 +146,7 @@ local function claim(rec, lease, fence, runs, last, running, paused, token, slot
     close_unrun(rec, runs, last, slot, retention, 'paused', why)
     return {'paused', why}
   end
-  if mode == 'live' and now > tonumber(deadline) then
+  if live and now > tonumber(deadline) then
     close_unrun(rec, runs, last, slot, retention, 'missed', reason .. ': ' .. late .. 'ms after the slot, past the misfire grace')
     return {'missed', late}
   end
@@ -150,7 +155,7 @@ local function claim(rec, lease, fence, runs, last, running, paused, token, slot
     if not redis.call('SET', lease, value, 'PX', ttl, 'NX') then -- a run holds the job
       local _, hslot, holder = string.match(redis.call('GET', lease), '^(%S+) (%S+) (.*)$')
       local pttl = redis.call('PTTL', lease)
-      if mode == 'wait' then
+      if mode == 'wait' or mode == 'ahead' then
         return {'busy', holder or '', pttl, hslot or ''}
       end
       close_unrun(rec, runs, last, slot, retention, 'skipped',
@@ -166,8 +171,12 @@ local function claim(rec, lease, fence, runs, last, running, paused, token, slot
   if overlap ~= 'skip' then
     kind = 'slot'
   end
+  local started = now
+  if mode == 'ahead' and late < 0 then -- the run waits for the slot's time
+    started = now - late
+  end
   redis.call('HSET', rec, 'slot', slot, 'owner', replica, 'token', token, 'attempt', 1,
-    'fence', string.format('%.0f', f), 'state', 'running', 'lease', kind, 'started', now, 'run_id', run_id)
+    'fence', string.format('%.0f', f), 'state', 'running', 'lease', kind, 'started', started, 'run_id', run_id)
   redis.call('PEXPIRE', rec, retention)
   if manual_fields(rec, slot) then
     redis.call('ZADD', running, math.floor(now / 1000), slot)
