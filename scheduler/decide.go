@@ -23,6 +23,7 @@ type decision struct {
 	backoff     bool          // the claim failed: send it again after a backoff
 	retryAfter  time.Duration // > 0: send the claim again once this much of a lease has run out
 	retryIn     time.Duration // > 0: send the claim again after exactly this long
+	atSlot      bool          // send the claim again at its slot's time
 	probe       bool          // measure the clock against Redis again, now
 	watch       target        // non-zero: settle this running slot once its owner's lease would expire
 	watchWait   time.Duration // how long that lease may still run; -1 when unknown (look soon)
@@ -70,6 +71,10 @@ func decide(c slot.Claim, res slot.Result, self string) decision {
 		d.level, d.msg = slog.LevelInfo, "slot recorded paused: the job is paused"
 		d.nextCatchup = c.Kind == slot.ClaimCatchup // each one gets its record
 	case slot.OutcomeBusy:
+		if c.Kind == slot.ClaimLive && c.Ahead { // at the slot's time, that run may have ended
+			d.atSlot = true
+			break
+		}
 		d.retryAfter = max(res.Wait, 0)
 		if d.retryAfter == 0 {
 			d.retryAfter = c.LeaseTTL

@@ -169,3 +169,16 @@ func TestDecide(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideAheadBusy: a live claim sent ahead of its slot's time that finds
+// a run of the job in progress (busy: nothing recorded) goes again at the
+// slot's time, when that run may have ended; it does not wait for the
+// holder's lease, nor watch it.
+func TestDecideAheadBusy(t *testing.T) {
+	at := time.Unix(1_700_000_000, 0)
+	c := slot.Claim{Kind: slot.ClaimLive, Job: "j", Slot: at, Replica: "me", LeaseTTL: 15 * time.Second, Ahead: true}
+	d := decide(c, slot.Result{Outcome: slot.OutcomeBusy, Holder: "other", HolderSlot: at.Add(-time.Second), Wait: 3 * time.Second}, "me")
+	if !d.atSlot || d.run || d.backoff || d.retryAfter != 0 || d.retryIn != 0 || d.watch != (target{}) || d.outcome != "busy" {
+		t.Errorf("decide: %+v, want busy, again at the slot's time", d)
+	}
+}

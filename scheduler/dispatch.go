@@ -22,10 +22,11 @@ const coalesce = 100 * time.Millisecond
 // Between batches it takes the events of the goroutines that run jobs.
 func (r *runner) loop(ctx context.Context) {
 	for {
-		r.dispatch(ctx, r.clock.Now())
+		ahead := r.ahead()
+		r.dispatch(ctx, r.clock.Now(), ahead)
 		var t Timer
 		var fired <-chan time.Time // nil, never ready, while nothing is due (every schedule has run out)
-		if due := r.nextDue(); !due.IsZero() {
+		if due := r.nextDue(ahead); !due.IsZero() {
 			t = r.clock.NewTimer(due.Sub(r.clock.Now()))
 			fired = t.C()
 		}
@@ -57,11 +58,12 @@ func (r *runner) onRunEnded(ev runEnded) {
 	}
 }
 
-// nextDue is the earliest time something is due.
-func (r *runner) nextDue() time.Time {
+// nextDue is the earliest time something is due; a live slot's claim is
+// due ahead of its time.
+func (r *runner) nextDue(ahead time.Duration) time.Time {
 	var due time.Time
 	if len(r.next) > 0 {
-		due = r.next[0].at
+		due = r.next[0].at.Add(-ahead)
 	}
 	if len(r.queue) > 0 && (due.IsZero() || r.queue[0].due.Before(due)) {
 		due = r.queue[0].due
@@ -76,11 +78,12 @@ func (r *runner) push(due time.Time, j *jobState, c slot.Claim) {
 	heap.Push(&r.queue, &pending{due: due, job: j, claim: c})
 }
 
-// dispatch sends, in one round trip, every claim due at now.
-func (r *runner) dispatch(ctx context.Context, now time.Time) {
+// dispatch sends, in one round trip, every claim due at now: live slots up
+// to ahead after it.
+func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duration) {
 	var batch []*pending
 	var hedge time.Duration
-	for len(r.next) > 0 && !r.next[0].at.After(now) && len(batch) < maxBatch {
+	for len(r.next) > 0 && !r.next[0].at.After(now.Add(ahead)) && len(batch) < maxBatch {
 		j, n := r.next[0].job, r.next[0].at
 		if after := j.sched.Next(n); after.IsZero() { // no slot after this one
 			heap.Pop(&r.next)
@@ -93,6 +96,8 @@ func (r *runner) dispatch(ctx context.Context, now time.Time) {
 			if hedge == 0 {
 				hedge = r.s.hedge()
 			}
+			// A hedge after the slot's time: the preferred replica, which
+			// claimed ahead, has had that and more.
 			p.due, p.hedged = n.Add(hedge), true
 			heap.Push(&r.queue, p)
 			continue
@@ -196,7 +201,9 @@ func (r *runner) send(ctx context.Context, batch []*pending) {
 		}
 	}
 	if len(own) > 0 {
+		began := r.clock.Now()
 		r.claimBatch(ctx, own)
+		r.batches.add(r.clock.Now().Sub(began))
 	}
 	if rest := r.peekFirst(ctx, peek); len(rest) > 0 {
 		r.claimBatch(ctx, rest)
@@ -206,8 +213,10 @@ func (r *runner) send(ctx context.Context, batch []*pending) {
 // claimBatch claims a batch in one round trip and acts on each answer.
 func (r *runner) claimBatch(ctx context.Context, batch []*pending) {
 	claims := make([]slot.Claim, len(batch))
+	sent := r.clock.Now()
 	for i, p := range batch {
 		r.identify(&p.claim) // a claim sent for the first time gets its token and run ID
+		p.claim.Ahead = p.claim.Kind == slot.ClaimLive && p.claim.Slot.After(sent)
 		claims[i] = p.claim
 	}
 	traces := r.s.tel.beginSlots(ctx, len(batch), func(i int) (string, slot.Claim) {
@@ -312,6 +321,9 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 		r.s.probeSoon()
 	}
 	switch {
+	case d.atSlot: // sent ahead, and a run holds the job: again at the slot's time
+		p.due = c.Slot
+		heap.Push(&r.queue, p)
 	case d.retryIn > 0:
 		p.due = now.Add(d.retryIn)
 		heap.Push(&r.queue, p)

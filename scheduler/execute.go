@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -46,7 +47,6 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, lease slot.Lease, st 
 		}
 	}
 	run.Logger = log
-	r.s.tel.dispatched(j.Name, r.clock.Now().Sub(run.Slot))
 
 	// Record a loss when it happens, whatever ended the lease: a failed token
 	// check, or the TTL running out while renewals hang.
@@ -64,9 +64,17 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, lease slot.Lease, st 
 	ctx = jobs.WithRun(trace.ContextWithSpan(ctx, trace.SpanFromContext(st.runCtx)), run)
 	ctx, result := jobs.CaptureResult(ctx)
 
-	log.Info("job started", "dispatch_delay", r.clock.Now().Sub(run.Slot).String())
+	// A claim sent ahead won before the slot's time: the run waits for it.
+	err := r.waitForSlot(ctx, run.Slot)
 	began := time.Now()
-	err := j.fn(ctx, run) // j.fn recovers panics and applies the timeout (jobs middleware)
+	if err != nil {
+		err = fmt.Errorf("the job did not start: its context ended before the slot's time: %w", err)
+		log.Warn("won slot not started", "error", err)
+	} else {
+		r.s.tel.dispatched(j.Name, r.clock.Now().Sub(run.Slot))
+		log.Info("job started", "dispatch_delay", r.clock.Now().Sub(run.Slot).String())
+		err = j.fn(ctx, run) // j.fn recovers panics and applies the timeout (jobs middleware)
+	}
 	took := time.Since(began)
 	settleLoss() // a loss is recorded, and on the run span, before it ends
 	r.renew.remove(lease)

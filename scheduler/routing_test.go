@@ -56,10 +56,10 @@ const hedge = 40 * time.Millisecond
 
 // TestSpreadRouting: five replicas of a job every second. Once they have
 // seen each other (one heartbeat), each slot is claimed first by its
-// preferred replica, at the slot's time, and won by it: every run starts
-// with no delay (the others would claim a hedge later), and each replica
-// runs a fifth of the slots. The others, a hedge later, find the record
-// with a plain read and send no claim.
+// preferred replica, ahead of the slot's time, and won by it: every run
+// starts at the slot's time, with no delay (the others would claim a hedge
+// later), and each replica runs a fifth of the slots. The others, a hedge
+// later, find the record with a plain read and send no claim.
 func TestSpreadRouting(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		l := &runLog{runs: map[int64][]ran{}}
@@ -74,8 +74,8 @@ func TestSpreadRouting(t *testing.T) {
 		sleepUntil(from.Add(-500 * time.Millisecond))
 		claims.reset()
 		sleepUntil(to.Add(-500 * time.Millisecond))
-		if early, late := claims.split(); early != 300 || late != 0 {
-			t.Errorf("%d live claims at the slots' time and %d later, want 300 (one per slot) and 0", early, late)
+		if early, onTime, late := claims.split(t); early != 300 || onTime != 0 || late != 0 {
+			t.Errorf("%d live claims ahead of the slots' time, %d at it and %d later; want 300 (one per slot, by its preferred replica), 0 and 0", early, onTime, late)
 		}
 		sleepUntil(to.Add(time.Second))
 		synctest.Wait()
@@ -95,8 +95,8 @@ func TestSpreadRouting(t *testing.T) {
 	})
 }
 
-// TestRaceRouting: under routing race every replica claims at the slot's
-// time, as before spread routing; each slot still runs once.
+// TestRaceRouting: under routing race every replica claims each slot, ahead
+// of its time, as before spread routing; each slot still runs once.
 func TestRaceRouting(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		l := &runLog{runs: map[int64][]ran{}}
@@ -112,8 +112,8 @@ func TestRaceRouting(t *testing.T) {
 		sleepUntil(to.Add(-500 * time.Millisecond)) // the claims of the slots in [from, to)
 		synctest.Wait()
 		l.between(t, from, to)
-		if early, late := claims.split(); early != 3*20 || late != 0 {
-			t.Errorf("race: %d claims at the slot's time and %d later, want 60 and 0", early, late)
+		if early, onTime, late := claims.split(t); early != 3*20 || onTime != 0 || late != 0 {
+			t.Errorf("race: %d claims ahead of the slot's time, %d at it and %d later; want 60, 0 and 0", early, onTime, late)
 		}
 	})
 }
@@ -199,11 +199,14 @@ func TestSpreadTakesInANewReplica(t *testing.T) {
 	})
 }
 
-// claimCounter counts the live claims replicas send: at their slot's time,
-// or later.
+// claimCounter counts the live claims replicas send: ahead of their slot's
+// time, at it, or later.
 type claimCounter struct {
-	mu          sync.Mutex
-	early, late int
+	mu                  sync.Mutex
+	early, onTime, late int
+	// mismarked counts live claims whose Ahead flag does not say whether
+	// they went out before their slot's time.
+	mismarked int
 	// unidentified counts claims sent without the token and run ID their
 	// run would take (a hedged claim gets them only when it is sent).
 	unidentified int
@@ -211,9 +214,23 @@ type claimCounter struct {
 
 func (c *claimCounter) wrap(s *slotstore.Store) scheduler.Claimer { return liveClaimCounter{s, c} }
 
-func (c *claimCounter) reset() { c.mu.Lock(); c.early, c.late = 0, 0; c.mu.Unlock() }
+func (c *claimCounter) reset() {
+	c.mu.Lock()
+	c.early, c.onTime, c.late, c.mismarked = 0, 0, 0, 0
+	c.mu.Unlock()
+}
 
-func (c *claimCounter) split() (int, int) { c.mu.Lock(); defer c.mu.Unlock(); return c.early, c.late }
+// split returns how many live claims went out before, at and after their
+// slot's time; it fails t when one was marked Ahead wrongly.
+func (c *claimCounter) split(t *testing.T) (early, onTime, late int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mismarked != 0 {
+		t.Errorf("%d live claims marked Ahead when they were not sent before their slot's time, or the reverse", c.mismarked)
+	}
+	return c.early, c.onTime, c.late
+}
 
 type liveClaimCounter struct {
 	*slotstore.Store
@@ -230,10 +247,16 @@ func (cc liveClaimCounter) Claim(ctx context.Context, claims []slot.Claim) ([]sl
 		if c.Kind != slot.ClaimLive {
 			continue
 		}
-		if now.Equal(c.Slot) {
+		switch {
+		case now.Before(c.Slot):
 			cc.c.early++
-		} else {
+		case now.Equal(c.Slot):
+			cc.c.onTime++
+		default:
 			cc.c.late++
+		}
+		if c.Ahead != now.Before(c.Slot) {
+			cc.c.mismarked++
 		}
 	}
 	cc.c.mu.Unlock()

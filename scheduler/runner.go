@@ -32,6 +32,7 @@ type runner struct {
 	backlog   map[*jobState][]time.Time // slots to record missed at start, sent maxBatch at a time
 	catchup   map[*jobState][]time.Time // catch-up slots after the one in flight
 	watching  map[slotKey]bool
+	batches   aheadMeter // how long claim batches took, for ahead
 
 	runEnded chan runEnded // from run goroutines to the loop
 	loopDone chan struct{} // closed when the loop has returned: nobody receives events

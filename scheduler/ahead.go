@@ -1,0 +1,78 @@
+package scheduler
+
+import (
+	"context"
+	"time"
+)
+
+// Claims go out a little before their slots' time, so that the round trip
+// (and the wait behind a batch of other claims) is over when the slot comes,
+// and a won slot's run starts at its time: the run waits for it (Quartz
+// acquires its triggers ahead of their fire time in the same way). The
+// claim script still decides who runs the slot; a claim sent ahead is
+// marked so (slot.Claim.Ahead), and a run of the job in progress then makes
+// it wait for the slot's time instead of recording the slot skipped.
+//
+// How far ahead: twice the longest of the last aheadWindow batches of
+// claims this replica sent at their time, plus a millisecond, within
+// [minAhead, maxAhead]; never more than half of what max_skew leaves beside
+// the measured clock offset, so that Redis does not refuse a claim as too
+// early. WithClaimAhead fixes it, or turns it off.
+const (
+	minAhead    = 2 * time.Millisecond
+	maxAhead    = time.Second
+	aheadWindow = 8
+)
+
+// aheadMeter keeps the durations of the last claim batches. Owned by the
+// loop goroutine.
+type aheadMeter struct {
+	took [aheadWindow]time.Duration
+	n    int
+}
+
+func (m *aheadMeter) add(d time.Duration) {
+	m.took[m.n%aheadWindow] = d
+	m.n++
+}
+
+func (m *aheadMeter) longest() time.Duration {
+	var d time.Duration
+	for _, t := range m.took {
+		d = max(d, t)
+	}
+	return d
+}
+
+// ahead is how long before a live slot's time its claim goes out; 0 when
+// claims go out at the slot's time.
+func (r *runner) ahead() time.Duration {
+	want := r.s.cfg.claimAhead
+	switch {
+	case want < 0:
+		return 0
+	case want == 0:
+		want = min(max(2*r.batches.longest()+time.Millisecond, minAhead), maxAhead)
+	}
+	offset, _ := r.s.Offset()
+	room := (r.s.cfg.maxSkew - max(offset, -offset)) / 2
+	return max(min(want, room), 0)
+}
+
+// waitForSlot waits until the slot's time on the runner's clock, for a run
+// whose claim was sent ahead. It returns ctx's cause if ctx ends first (the
+// lease was lost, or the shutdown grace ran out): the job then does not run.
+func (r *runner) waitForSlot(ctx context.Context, slotAt time.Time) error {
+	wait := slotAt.Sub(r.clock.Now())
+	if wait <= 0 {
+		return nil
+	}
+	t := r.clock.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

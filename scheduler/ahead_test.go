@@ -1,0 +1,222 @@
+package scheduler_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// leadLog records, for each live claim a replica sends, how long before its
+// slot's time it went out (fake time: exact), and whether it was marked Ahead.
+type leadLog struct {
+	mu    sync.Mutex
+	leads map[int64][]lead
+}
+
+type lead struct {
+	by    time.Duration // the slot's time minus when the claim went out
+	ahead bool
+}
+
+func (l *leadLog) wrap(s *slotstore.Store) scheduler.Claimer { return leadClaimer{s, l} }
+
+type leadClaimer struct {
+	*slotstore.Store
+	l *leadLog
+}
+
+func (lc leadClaimer) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	now := time.Now()
+	lc.l.mu.Lock()
+	for _, c := range claims {
+		if c.Kind == slot.ClaimLive {
+			lc.l.leads[c.Slot.Unix()] = append(lc.l.leads[c.Slot.Unix()], lead{c.Slot.Sub(now), c.Ahead})
+		}
+	}
+	lc.l.mu.Unlock()
+	return lc.Store.Claim(ctx, claims)
+}
+
+// of returns the claims sent for the slot at unix second at.
+func (l *leadLog) of(at int64) []lead {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]lead(nil), l.leads[at]...)
+}
+
+// TestClaimAhead: a replica sends each live claim ahead of its slot's time,
+// by what WithClaimAhead says (by default, the 2ms floor here: a claim
+// batch takes no fake time), or at the slot's time when it is negative; a
+// won slot's job starts exactly at the slot's time either way, and its
+// record says so.
+func TestClaimAhead(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []scheduler.Option
+		want time.Duration
+	}{
+		{"default", nil, 2 * time.Millisecond},
+		{"300ms", []scheduler.Option{scheduler.WithClaimAhead(300 * time.Millisecond)}, 300 * time.Millisecond},
+		{"off", []scheduler.Option{scheduler.WithClaimAhead(-1)}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T, h *harness) {
+				runs := &runLog{runs: map[int64][]ran{}}
+				leads := &leadLog{leads: map[int64][]lead{}}
+				table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+				h.startWith("r1", replicaOpts{claimer: leads.wrap}, registry(t, map[string]jobs.Func{"tick": runs.fn()}), table, tc.opts...)
+				from := nextSecond(0).Add(3 * time.Second)
+				to := from.Add(10 * time.Second)
+				sleepUntil(to.Add(time.Second))
+				synctest.Wait()
+				for at, r := range runs.between(t, from, to) {
+					if r.delay != 0 {
+						t.Errorf("slot %v started %v after its time", time.Unix(at, 0).UTC(), r.delay)
+					}
+					if ls := leads.of(at); len(ls) != 1 || ls[0].by != tc.want || ls[0].ahead != (tc.want > 0) {
+						t.Errorf("slot %v: claims sent %+v before its time, want one, %v before, marked ahead: %v",
+							time.Unix(at, 0).UTC(), ls, tc.want, tc.want > 0)
+					}
+					if rec, ok := h.record("tick", at); !ok || rec.State != slot.StateDone || !rec.Started.Equal(time.Unix(at, 0)) {
+						t.Errorf("slot %v: record %+v, want done, started at the slot's time", time.Unix(at, 0).UTC(), rec)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestClaimAheadLimitedByMaxSkew: Redis refuses a claim that is more than
+// max_skew ahead of its clock, so a replica sends its claims at most half of
+// what max_skew leaves beside its measured clock offset ahead: with max_skew
+// 400ms and a clock 100ms fast, 150ms, whatever WithClaimAhead asks. No
+// claim is refused as early, and every slot starts at its time on the
+// replica's clock.
+func TestClaimAheadLimitedByMaxSkew(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		runs := &runLog{runs: map[int64][]ran{}}
+		leads := &leadLog{leads: map[int64][]lead{}}
+		events := &eventLog{}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		const fast = 100 * time.Millisecond
+		h.startWith("r1", replicaOpts{offset: fast, claimer: leads.wrap}, registry(t, map[string]jobs.Func{"tick": runs.fn()}), table,
+			scheduler.WithClaimAhead(time.Second), scheduler.WithSkewLimits(50*time.Millisecond, 400*time.Millisecond), events.option())
+		from := nextSecond(0).Add(3 * time.Second) // the offset has been measured
+		to := from.Add(10 * time.Second)
+		sleepUntil(to.Add(time.Second))
+		synctest.Wait()
+		for at, r := range runs.between(t, from, to) {
+			if r.delay != -fast { // the bubble's clock is 100ms behind the replica's
+				t.Errorf("slot %v started %v after its time on the bubble's clock, want -%v (its time on the replica's)", time.Unix(at, 0).UTC(), r.delay, fast)
+			}
+			// The lead is on the bubble's clock: the replica's, plus its offset.
+			if ls := leads.of(at); len(ls) != 1 || ls[0].by != 150*time.Millisecond+fast {
+				t.Errorf("slot %v: claims sent %+v before its time on the bubble's clock, want one, %v", time.Unix(at, 0).UTC(), ls, 150*time.Millisecond+fast)
+			}
+		}
+	})
+}
+
+// TestClaimAheadWaitsForTheRunningSlot: a job every second whose run takes
+// 950ms. Each claim goes out 200ms ahead, while the previous run still
+// holds the job: it is told busy, records nothing, and goes again at the
+// slot's time, when that run has ended, and wins. No slot is recorded
+// skipped: claiming ahead does not change what runs. A run that overruns
+// its next slot still has that slot recorded skipped, at its time.
+func TestClaimAheadWaitsForTheRunningSlot(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		hold    time.Duration
+		skipped bool
+	}{
+		{"ends before the next slot", 950 * time.Millisecond, false},
+		{"overruns the next slot", 1500 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T, h *harness) {
+				leads := &leadLog{leads: map[int64][]lead{}}
+				table := []scheduler.Job{{Name: "long", Schedule: "@every 1s"}}
+				h.startWith("r1", replicaOpts{claimer: leads.wrap}, registry(t, map[string]jobs.Func{"long": recorder(h.rdb, "starts", tc.hold)}),
+					table, scheduler.WithClaimAhead(200*time.Millisecond))
+				from := nextSecond(0).Add(3 * time.Second)
+				to := from.Add(10 * time.Second)
+				sleepUntil(to.Add(2 * time.Second))
+				synctest.Wait()
+				started := map[int64]int{}
+				for _, s := range h.starts("starts") {
+					started[s.slot]++
+				}
+				var ran, skipped int
+				for at := from.Unix(); at < to.Unix(); at++ {
+					rec, ok := h.record("long", at)
+					switch {
+					case !ok:
+						t.Errorf("slot %v has no record", time.Unix(at, 0).UTC())
+					case rec.State == slot.StateSkipped:
+						skipped++
+						if started[at] != 0 {
+							t.Errorf("slot %v recorded skipped, and it ran", time.Unix(at, 0).UTC())
+						}
+					case rec.State == slot.StateDone:
+						ran++
+						if started[at] != 1 || !rec.Started.Equal(time.Unix(at, 0)) {
+							t.Errorf("slot %v done: started %d times, record started %v; want once, at the slot's time", time.Unix(at, 0).UTC(), started[at], rec.Started)
+						}
+					default:
+						t.Errorf("slot %v: record %+v", time.Unix(at, 0).UTC(), rec)
+					}
+					ls := leads.of(at)
+					if len(ls) == 0 || ls[0].by != 200*time.Millisecond || !ls[0].ahead {
+						t.Errorf("slot %v: first claim %+v, want sent 200ms ahead", time.Unix(at, 0).UTC(), ls)
+					}
+					if len(ls) == 2 && (ls[1].by != 0 || ls[1].ahead) {
+						t.Errorf("slot %v: second claim %+v, want sent at the slot's time, not marked ahead", time.Unix(at, 0).UTC(), ls[1])
+					}
+				}
+				if tc.skipped {
+					if ran < 4 || skipped < 4 {
+						t.Errorf("%d slots ran and %d were skipped, want every other one of each", ran, skipped)
+					}
+				} else if ran != 10 || skipped != 0 {
+					t.Errorf("%d slots ran and %d were skipped, want 10 and 0", ran, skipped)
+				}
+			})
+		})
+	}
+}
+
+// TestClaimAheadStopBeforeTheSlot: a replica that wins a slot ahead and is
+// stopped, with no shutdown grace, before the slot's time does not start the
+// job early, nor at all: the slot is recorded failed, saying why.
+func TestClaimAheadStopBeforeTheSlot(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		runs := &runLog{runs: map[int64][]ran{}}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		r := h.start("r1", registry(t, map[string]jobs.Func{"tick": runs.fn()}), table,
+			scheduler.WithClaimAhead(500*time.Millisecond), scheduler.WithShutdownGrace(0))
+		at := nextSecond(0).Add(3 * time.Second)
+		sleepUntil(at.Add(-200 * time.Millisecond)) // won, 300ms ago
+		if rec, ok := h.record("tick", at.Unix()); !ok || rec.State != slot.StateRunning {
+			t.Fatalf("the slot's record 200ms before its time: %+v, want running (won ahead)", rec)
+		}
+		r.stop()
+		synctest.Wait()
+		rec, _ := h.record("tick", at.Unix())
+		if rec.State != slot.StateFailed || !strings.Contains(rec.Error, "did not start") {
+			t.Errorf("record %+v, want failed: the job did not start", rec)
+		}
+		runs.mu.Lock()
+		defer runs.mu.Unlock()
+		if n := len(runs.runs[at.Unix()]); n != 0 {
+			t.Errorf("the job ran %d times for a slot whose replica stopped before its time", n)
+		}
+	})
+}
