@@ -128,7 +128,8 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		var (
 			mu     sync.Mutex
 			delays []time.Duration
-			ran    = map[string]int{} // runs per replica
+			ran    = map[string]int{}   // runs per replica
+			did    = map[jobSlot]bool{} // the counted slots that started
 		)
 		// Every replica has heartbeated (every 1s here) with all the others
 		// live before the first counted tick: spread routing sees them all.
@@ -141,6 +142,7 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 				mu.Lock()
 				delays = append(delays, d)
 				ran[run.Replica]++
+				did[jobSlot{run.Job, run.Slot.Unix()}] = true
 				mu.Unlock()
 			}
 			return nil
@@ -237,6 +239,9 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 			stop()
 		}
 		mu.Lock()
+		if len(delays) < njobs*ticks { // what became of the slots that did not start
+			b.Logf("slots that did not start within 30s, by their record's state: %v", notStarted(b, admin, prefix, table, first, ticks, did))
+		}
 		slices.Sort(delays)
 		if len(delays) == 0 { // nothing to measure: the cell says so
 			b.Logf("no run of the %d ticks of %d jobs started within 30s", ticks, njobs)
@@ -320,4 +325,37 @@ func rssNow(b *testing.B) int64 {
 		}
 	}
 	return 0
+}
+
+type jobSlot struct {
+	job string
+	at  int64
+}
+
+// notStarted counts the slots of the table's jobs in the ticks from first
+// that are not in did, by the state of their record ("none": no record).
+func notStarted(b *testing.B, rdb *redis.Client, prefix string, table []scheduler.Job, first time.Time, ticks int, did map[jobSlot]bool) map[string]int {
+	store, err := slotstore.New(rdb, prefix)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, j := range table {
+		for t := range ticks {
+			at := first.Add(time.Duration(t) * time.Second)
+			if did[jobSlot{j.Name, at.Unix()}] {
+				continue
+			}
+			rec, ok, err := store.Record(context.Background(), j.Name, at)
+			switch {
+			case err != nil:
+				out["error"]++
+			case !ok:
+				out["none"]++
+			default:
+				out[string(rec.State)]++
+			}
+		}
+	}
+	return out
 }
