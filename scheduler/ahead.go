@@ -14,10 +14,17 @@ import (
 // it wait for the slot's time instead of recording the slot skipped.
 //
 // How far ahead: twice the longest of the last aheadWindow batches of
-// claims this replica sent at their time, plus a millisecond, within
-// [minAhead, maxAhead]; never more than half of what max_skew leaves beside
-// the measured clock offset, so that Redis does not refuse a claim as too
-// early. WithClaimAhead fixes it, or turns it off.
+// claims this replica sent (not counting hedged ones), plus a millisecond,
+// within [minAhead, maxAhead]; never more than half of what max_skew leaves
+// beside the measured clock offset, so that Redis does not refuse a claim as
+// too early. WithClaimAhead fixes it, or turns it off.
+//
+// Per job, a claim goes out at most a quarter of the job's period ahead
+// (jobAhead). A claim sent ahead that finds the job's previous run still
+// holding it costs a second claim at the slot's time; so the job's next
+// aheadWindow slots are then claimed at their time (runner.onTime): a job
+// whose runs take most of its period, or a replica that falls behind, does
+// not pay twice a slot.
 const (
 	minAhead    = 2 * time.Millisecond
 	maxAhead    = time.Second
@@ -57,6 +64,23 @@ func (r *runner) ahead() time.Duration {
 	offset, _ := r.s.Offset()
 	room := (r.s.cfg.maxSkew - max(offset, -offset)) / 2
 	return max(min(want, room), 0)
+}
+
+// jobAhead is how long before slot n its claim goes out: ahead, but at
+// most a quarter of the time since the job's previous slot (prev; when it
+// is not known, until the next one, after), so that the previous run has
+// had three quarters of the period to end and record its outcome before the
+// claim finds the job busy. A zero period (no slot after n, none known
+// before it) leaves ahead as it is.
+func jobAhead(ahead time.Duration, prev, n, after time.Time) time.Duration {
+	period := n.Sub(prev)
+	if prev.IsZero() {
+		period = after.Sub(n)
+		if after.IsZero() {
+			return ahead
+		}
+	}
+	return min(ahead, period/4)
 }
 
 // waitForSlot waits until the slot's time on the runner's clock, for a run

@@ -84,14 +84,22 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 	var batch []*pending
 	var hedge time.Duration
 	for len(r.next) > 0 && !r.next[0].at.After(now.Add(ahead)) && len(batch) < maxBatch {
-		j, n := r.next[0].job, r.next[0].at
-		if after := j.sched.Next(n); after.IsZero() { // no slot after this one
+		j, n, prev := r.next[0].job, r.next[0].at, r.next[0].prev
+		after := j.sched.Next(n)
+		if after.IsZero() { // no slot after this one
 			heap.Pop(&r.next)
 		} else {
-			r.next[0].at = after
+			r.next[0].at, r.next[0].prev = after, n
 			heap.Fix(&r.next, 0)
 		}
 		p := &pending{due: n, job: j, claim: r.bareClaim(slot.ClaimLive, j, n)}
+		lead := jobAhead(ahead, prev, n, after)
+		if k := r.onTime[j]; k > 0 { // an ahead claim of the job found it busy
+			lead = 0
+			if r.onTime[j] = k - 1; k == 1 {
+				delete(r.onTime, j)
+			}
+		}
 		if r.hedged(j, n) { // another replica claims it first
 			if hedge == 0 {
 				hedge = r.s.hedge()
@@ -99,6 +107,12 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 			// A hedge after the slot's time: the preferred replica, which
 			// claimed ahead, has had that and more.
 			p.due, p.hedged = n.Add(hedge), true
+			heap.Push(&r.queue, p)
+			continue
+		}
+		if n.Sub(now) > lead {
+			// Not this far ahead for this job: its previous run may still hold it.
+			p.due = n.Add(-lead)
 			heap.Push(&r.queue, p)
 			continue
 		}
@@ -324,6 +338,9 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 	case d.atSlot: // sent ahead, and a run holds the job: again at the slot's time
 		p.due = c.Slot
 		heap.Push(&r.queue, p)
+		// Its runs may be long, or this replica behind: claiming ahead would
+		// cost a second claim a slot. Its next slots go at their time.
+		r.onTime[p.job] = aheadWindow
 	case d.retryIn > 0:
 		p.due = now.Add(d.retryIn)
 		heap.Push(&r.queue, p)

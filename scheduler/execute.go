@@ -26,7 +26,7 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 	r.jobsWG.Add(1)
 	go func() {
 		defer r.jobsWG.Done()
-		r.ended(runEnded{job: j, claim: c, state: r.execute(j, c.Manual, lease, st)})
+		r.ended(runEnded{job: j, claim: c, state: r.execute(j, c.Manual, c.Ahead, lease, st)})
 	}()
 }
 
@@ -34,7 +34,7 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 // (after the grace) or on lease loss, records the outcome and ends the slot's
 // trace. It returns the final state the run recorded (or tried to), or ""
 // when it left the slot running for a takeover.
-func (r *runner) execute(j *jobState, manual *slot.Manual, lease slot.Lease, st *slotTrace) slot.State {
+func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slot.Lease, st *slotTrace) slot.State {
 	run := jobs.Run{Job: j.Name, Slot: lease.Slot(), Attempt: lease.Attempt(), Fence: lease.Fence(),
 		Replica: r.self, Token: lease.Token(), RunID: lease.RunID(), Manual: manual}
 	defer st.end(ending{outcome: string(slot.OutcomeWon), holder: r.self, fence: run.Fence, attempt: run.Attempt})
@@ -65,14 +65,21 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, lease slot.Lease, st 
 	ctx, result := jobs.CaptureResult(ctx)
 
 	// A claim sent ahead won before the slot's time: the run waits for it.
-	err := r.waitForSlot(ctx, run.Slot)
+	// Only that one: a claim sent at or after its slot's time starts its run
+	// at once, whatever the clock does meanwhile.
+	var err error
+	if ahead {
+		err = r.waitForSlot(ctx, run.Slot)
+	}
 	began := time.Now()
 	if err != nil {
 		err = fmt.Errorf("the job did not start: its context ended before the slot's time: %w", err)
 		log.Warn("won slot not started", "error", err)
 	} else {
-		r.s.tel.dispatched(j.Name, r.clock.Now().Sub(run.Slot))
-		log.Info("job started", "dispatch_delay", r.clock.Now().Sub(run.Slot).String())
+		delay := r.clock.Now().Sub(run.Slot)
+		r.s.tel.dispatched(j.Name, delay)
+		st.jobStarted(delay)
+		log.Info("job started", "dispatch_delay", delay.String())
 		err = j.fn(ctx, run) // j.fn recovers panics and applies the timeout (jobs middleware)
 	}
 	took := time.Since(began)

@@ -39,8 +39,9 @@ func (q *pendingQueue) Pop() any {
 
 // nextSlot is a job's next live slot.
 type nextSlot struct {
-	at  time.Time
-	job *jobState
+	at   time.Time
+	job  *jobState
+	prev time.Time // the job's slot before at; zero for its first since start
 }
 
 // nextQueue is a min-heap of the jobs' next live slots, by time, then by the

@@ -32,7 +32,8 @@ type runner struct {
 	backlog   map[*jobState][]time.Time // slots to record missed at start, sent maxBatch at a time
 	catchup   map[*jobState][]time.Time // catch-up slots after the one in flight
 	watching  map[slotKey]bool
-	batches   aheadMeter // how long claim batches took, for ahead
+	batches   aheadMeter        // how long claim batches took, for ahead
+	onTime    map[*jobState]int // jobs whose next slots are claimed at their time, and how many
 
 	runEnded chan runEnded // from run goroutines to the loop
 	loopDone chan struct{} // closed when the loop has returned: nobody receives events
@@ -69,6 +70,7 @@ func newRunner(s *Scheduler) *runner {
 		catchup:   map[*jobState][]time.Time{},
 		backlog:   map[*jobState][]time.Time{},
 		watching:  map[slotKey]bool{},
+		onTime:    map[*jobState]int{},
 		runEnded:  make(chan runEnded),
 		loopDone:  make(chan struct{}),
 		killCtx:   killCtx,

@@ -98,6 +98,18 @@ func testSpansOnceAProviderRecords(t *testing.T, e *harness) {
 			if u, err := uuid.Parse(id); err != nil || u.Version() != 7 {
 				t.Errorf("job.run span's slotcron.run_id %q (%v), want a UUIDv7", id, err)
 			}
+			// job.run begins when the slot is won, ahead of its time; its
+			// job.started event is when the job was called: at the slot's
+			// time (a whole second), no later.
+			var started []time.Time
+			for _, ev := range s.Events() {
+				if ev.Name == "job.started" {
+					started = append(started, ev.Time)
+				}
+			}
+			if len(started) != 1 || !started[0].Equal(started[0].Truncate(time.Second)) || !s.StartTime().Before(started[0]) {
+				t.Errorf("job.run from %v: job.started events at %v, want one, at the slot's time, after the span began", s.StartTime(), started)
+			}
 		}
 		if s.Parent().IsValid() {
 			continue

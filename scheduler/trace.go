@@ -207,6 +207,14 @@ func (st *slotTrace) renewed(lease slot.Lease, n int) {
 	}
 }
 
+// jobStarted marks, on job.run, when the job was called: job.run begins
+// when the slot is won, which may be ahead of the slot's time (the run waits
+// for it).
+func (st *slotTrace) jobStarted(delay time.Duration) {
+	trace.SpanFromContext(st.runCtx).AddEvent("job.started", trace.WithAttributes(
+		attribute.Float64("slotcron.dispatch_delay_ms", float64(delay)/float64(time.Millisecond))))
+}
+
 // renewFailed marks a renewal that got no answer on job.run.
 func (st *slotTrace) renewFailed(err error) {
 	trace.SpanFromContext(st.runCtx).AddEvent("lease.renew_failed", trace.WithAttributes(attribute.String("error", err.Error())))
