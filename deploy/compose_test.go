@@ -517,8 +517,15 @@ func (r *stackRun) partitionAll(t *testing.T) {
 		allBack.Format("15:04:05.000"), r.lottery.MisfireGrace)
 
 	// No worker could claim a slot from allCut until the reconnect; one
-	// whose misfire grace ran out before it can only have been missed.
-	gapFrom := allCut.Truncate(time.Second).Add(time.Second)
+	// whose misfire grace ran out before it can only have been missed. A
+	// claim goes out up to a quarter of the job's period ahead of its slot,
+	// so a slot that soon after allCut may have been won before it.
+	lsched, err := scheduler.ParseSchedule(r.lottery.Schedule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := lsched.Next(allCut)
+	gapFrom := lsched.Next(allCut.Add(lsched.Next(next).Sub(next) / 4).Add(-time.Nanosecond))
 	states := r.settled(t, cut.Truncate(time.Second), allBack.Truncate(time.Second).Add(time.Second), func(at time.Time, rec slot.Record) string {
 		if !at.Before(gapFrom) && at.Add(r.lottery.MisfireGrace).Before(reconnect) && rec.State != slot.StateMissed {
 			return "want missed: its misfire grace ran out before any worker reached Redis"

@@ -2,8 +2,10 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -19,6 +21,9 @@ import (
 type leadLog struct {
 	mu    sync.Mutex
 	leads map[int64][]lead
+	// stall, while set, makes each claim call hang for 5s, then answer
+	// every claim with a timeout, as a Redis that stopped answering would.
+	stall atomic.Bool
 }
 
 type lead struct {
@@ -42,6 +47,14 @@ func (lc leadClaimer) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Re
 		}
 	}
 	lc.l.mu.Unlock()
+	if lc.l.stall.Load() {
+		time.Sleep(5 * time.Second)
+		res := make([]slot.Result, len(claims))
+		for i := range res {
+			res[i].Err = errors.New("i/o timeout")
+		}
+		return res, nil
+	}
 	return lc.Store.Claim(ctx, claims)
 }
 
@@ -235,6 +248,33 @@ func TestClaimAheadStopBeforeTheSlot(t *testing.T) {
 		defer runs.mu.Unlock()
 		if n := len(runs.runs[at.Unix()]); n != 0 {
 			t.Errorf("the job ran %d times for a slot whose replica stopped before its time", n)
+		}
+	})
+}
+
+// TestClaimAheadIgnoresTimedOutBatches: a batch of claims that timed out
+// (Redis did not answer for 5s) measures the timeout, not Redis: it does not
+// count towards how far ahead claims go. Once Redis answers again, claims go
+// out by the 2ms floor again, not a quarter of the period ahead.
+func TestClaimAheadIgnoresTimedOutBatches(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		leads := &leadLog{leads: map[int64][]lead{}}
+		// Overlap allowed: the late runs after the stall never make a claim
+		// busy (which would have the job's next slots claimed at their time).
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s", Overlap: scheduler.OverlapAllow}}
+		h.startWith("r1", replicaOpts{claimer: leads.wrap}, registry(t, map[string]jobs.Func{"tick": func(context.Context, jobs.Run) error { return nil }}), table)
+		stall := nextSecond(0).Add(3 * time.Second).Add(-500 * time.Millisecond)
+		sleepUntil(stall)
+		leads.stall.Store(true) // the claim of the next slot hangs, and times out
+		sleepUntil(stall.Add(time.Second))
+		leads.stall.Store(false)
+		from := stall.Add(8500 * time.Millisecond) // whole seconds, once the backlog has gone
+		sleepUntil(from.Add(6 * time.Second))
+		synctest.Wait()
+		for at := from.Unix(); at < from.Unix()+6; at++ {
+			if ls := leads.of(at); len(ls) != 1 || ls[0].by != 2*time.Millisecond {
+				t.Errorf("slot %v: claims %+v, want one, 2ms ahead", time.Unix(at, 0).UTC(), ls)
+			}
 		}
 	})
 }
