@@ -14,7 +14,8 @@ import (
 // it wait for the slot's time instead of recording the slot skipped.
 //
 // How far ahead: twice the longest of the last aheadWindow batches of
-// claims this replica sent (not counting hedged ones), plus a millisecond,
+// claims this replica sent (not counting hedged ones) that Redis answered
+// (a batch that timed out measures the timeout), plus a millisecond,
 // within [minAhead, maxAhead]; never more than half of what max_skew leaves
 // beside the measured clock offset, so that Redis does not refuse a claim as
 // too early. WithClaimAhead fixes it, or turns it off.

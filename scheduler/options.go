@@ -248,13 +248,13 @@ func WithEventHook(fn func(Event)) Option {
 
 // WithClaimAhead sets how long before a live slot's time its claim goes out
 // (the run still starts at the slot's time: it waits for it). The default,
-// 0, is twice the longest of this replica's last 8 claim batches plus 1ms,
-// within [2ms, 1s]; a negative d sends claims at the slot's time. Either way
-// it is at most half of what max_skew leaves beside the clock offset
-// measured against Redis, so that Redis never refuses a claim as too early,
-// and at most a quarter of the job's period; and a job whose claim sent
-// ahead found its previous run still going has its next 8 slots claimed at
-// their time.
+// 0, is twice the longest of this replica's last 8 answered claim batches
+// plus 1ms, within [2ms, 1s]; a negative d sends claims at the slot's time.
+// Either way it is at most half of what max_skew leaves beside the clock
+// offset measured against Redis, so that Redis never refuses a claim as too
+// early, and at most a quarter of the job's period; and a job whose claim
+// sent ahead found its previous run still going has its next 8 slots
+// claimed at their time.
 func WithClaimAhead(d time.Duration) Option {
 	return func(c *config) error {
 		if d > maxAhead {
