@@ -1,28 +1,44 @@
 #!/usr/bin/env bash
 # How the cost of a tick grows: BenchmarkScale, 10 / 100 / 1,000 / 10,000
 # jobs due in the same tick (rows) by 1 / 5 / 20 replicas (columns), all
-# replicas in one process, spread routing, 5 ticks a cell, one round. For
-# each cell: p50 and p99 dispatch delay, Redis CPU per slot, the longest
-# single Redis command in the ticks (SLOWLOG), Go CPU per slot (every
-# replica together) and the process's RSS.
+# replicas in one process, spread routing, 5 ticks a cell. For each cell: p50
+# and p99 dispatch delay, Redis CPU per slot, the longest single Redis
+# command in the ticks (SLOWLOG), Go CPU per slot (every replica together)
+# and the process's RSS.
 #
-#   bench/scale.sh        # about 5 minutes
+# One round by default; with ROUNDS=N each cell shows the median of N rounds
+# and its range, as "median (min–max)". CELLS narrows the cells: a pattern
+# of jobs=J/replicas=R as go test -bench takes it (each part unanchored:
+# jobs=10 matches jobs=10000 too, so end a part with $).
+#
+#   bench/scale.sh                                        # about 7 minutes
+#   ROUNDS=5 CELLS='jobs=10000$/replicas=5$' bench/scale.sh   # one cell, 5 rounds
 set -euo pipefail
 cd "$(dirname "$0")/.."
+rounds=${ROUNDS:-1}
+cells=${CELLS:-}
 out=$(mktemp)
 trap 'rm -f "$out" "$out.test"' EXIT
 go test -c -o "$out.test" ./scheduler
-(cd scheduler && "$out.test" -test.run '^$' -test.bench Scale -test.benchtime 1x -test.timeout 30m) | tee /dev/stderr | grep '^BenchmarkScale' >"$out" || true
+for ((i = 1; i <= rounds; i++)); do
+  (cd scheduler && "$out.test" -test.run '^$' -test.bench "Scale/$cells" -test.benchtime 1x -test.timeout 60m) | tee /dev/stderr | grep '^BenchmarkScale' >>"$out" || true
+done
 
 echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(redis-server --version | awk '{ print $3 }')"
-echo "one round, 5 ticks per cell, replicas in one process, routing spread"
+echo "$rounds round(s), 5 ticks per cell, replicas in one process, routing spread"
 echo
 printf "| jobs per tick | figure | 1 replica | 5 replicas | 20 replicas |\n|---|---|---|---|---|\n"
 for jobs in 10 100 1000 10000; do
+  grep -q "jobs=$jobs/" "$out" || continue
   for metric in started-% p50-ms p99-ms redis-cpu-us/slot slowest-cmd-ms go-cpu-us/slot rss-mb; do
     row="| $jobs | $metric"
     for replicas in 1 5 20; do
-      v=$(grep "jobs=$jobs/replicas=$replicas-" "$out" | awk -v m="$metric" '{ for (i = 1; i <= NF; i++) if ($i == m) print $(i-1) }')
+      v=$({ grep "jobs=$jobs/replicas=$replicas-" "$out" || true; } | awk -v m="$metric" '{ for (i = 1; i <= NF; i++) if ($i == m) print $(i-1) }' | sort -g |
+        awk '{ v[NR] = $1 } END {
+          if (NR == 0) exit
+          if (NR == 1) { print v[1]; exit }
+          med = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2
+          printf "%.4g (%.4g–%.4g)\n", med, v[1], v[NR] }')
       row="$row | ${v:--}"
     done
     echo "$row |"
