@@ -87,8 +87,11 @@ func jobAhead(ahead time.Duration, prev, n, after time.Time) time.Duration {
 // waitForSlot waits until the slot's time on the runner's clock, for a run
 // whose claim was sent ahead. It returns ctx's cause if ctx ends first (the
 // lease was lost, or the shutdown grace ran out): the job then does not run.
+// A claim goes out at most maxAhead before its slot, so the run waits at
+// most that long: a clock that stepped back since the claim does not hold a
+// won slot's run, lease renewed, for the length of the step.
 func (r *runner) waitForSlot(ctx context.Context, slotAt time.Time) error {
-	wait := slotAt.Sub(r.clock.Now())
+	wait := min(slotAt.Sub(r.clock.Now()), maxAhead)
 	if wait <= 0 {
 		return nil
 	}

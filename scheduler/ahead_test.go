@@ -278,3 +278,48 @@ func TestClaimAheadIgnoresTimedOutBatches(t *testing.T) {
 		}
 	})
 }
+
+// stepOnWin steps its replica's clock by step once a claim of slot at,
+// sent ahead, has won: between the win and the run's wait for the slot.
+type stepOnWin struct {
+	*slotstore.Store
+	at    time.Time
+	step  time.Duration
+	clock *atomic.Pointer[stepClock]
+	once  sync.Once
+}
+
+func (s *stepOnWin) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	res, err := s.Store.Claim(ctx, claims)
+	for i, c := range claims {
+		if err == nil && c.Ahead && c.Slot.Equal(s.at) && res[i].Outcome == slot.OutcomeWon {
+			s.once.Do(func() { s.clock.Load().step(s.step) })
+		}
+	}
+	return res, err
+}
+
+// TestClaimAheadWaitIsBoundedOnAClockStep: the replica's clock steps back
+// 10 minutes just after it won a slot 200ms ahead. The run waits at most
+// maxAhead (1s) from then, not the 10 minutes its clock now says are left
+// before the slot, holding the job meanwhile.
+func TestClaimAheadWaitIsBoundedOnAClockStep(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		runs := &runLog{runs: map[int64][]ran{}}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		at := nextSecond(0).Add(3 * time.Second)
+		var clock atomic.Pointer[stepClock]
+		rep := h.startWith("r1", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer {
+			return &stepOnWin{Store: s, at: at, step: -10 * time.Minute, clock: &clock}
+		}}, registry(t, map[string]jobs.Func{"tick": runs.fn()}), table, scheduler.WithClaimAhead(200*time.Millisecond))
+		clock.Store(rep.clock)
+		sleepUntil(at.Add(2 * time.Second))
+		synctest.Wait()
+		runs.mu.Lock()
+		defer runs.mu.Unlock()
+		// Won at the slot's time - 200ms; started at most 1s later.
+		if rs := runs.runs[at.Unix()]; len(rs) != 1 || rs[0].delay > 800*time.Millisecond {
+			t.Errorf("slot %v after a 10-minute step back: runs %+v, want one, started at most 800ms after the slot (1s after the win)", at.UTC(), rs)
+		}
+	})
+}
