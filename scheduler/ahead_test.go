@@ -17,10 +17,14 @@ import (
 )
 
 // leadLog records, for each live claim a replica sends, how long before its
-// slot's time it went out (fake time: exact), and whether it was marked Ahead.
+// slot's time it went out (fake time: exact; negative: after it), and
+// whether it was marked Ahead. The tests' one wrapper of Store.Claim.
 type leadLog struct {
 	mu    sync.Mutex
 	leads map[int64][]lead
+	// unidentified counts claims sent without the token and run ID their
+	// run would take (a hedged claim gets them only when it is sent).
+	unidentified int
 	// stall, while set, makes each claim call hang for 5s, then answer
 	// every claim with a timeout, as a Redis that stopped answering would.
 	stall atomic.Bool
@@ -30,6 +34,8 @@ type lead struct {
 	by    time.Duration // the slot's time minus when the claim went out
 	ahead bool
 }
+
+func newLeadLog() *leadLog { return &leadLog{leads: map[int64][]lead{}} }
 
 func (l *leadLog) wrap(s *slotstore.Store) scheduler.Claimer { return leadClaimer{s, l} }
 
@@ -42,6 +48,9 @@ func (lc leadClaimer) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Re
 	now := time.Now()
 	lc.l.mu.Lock()
 	for _, c := range claims {
+		if c.Kind != slot.ClaimMiss && c.Kind != slot.ClaimExpire && (c.Token == "" || c.RunID == "") {
+			lc.l.unidentified++
+		}
 		if c.Kind == slot.ClaimLive {
 			lc.l.leads[c.Slot.Unix()] = append(lc.l.leads[c.Slot.Unix()], lead{c.Slot.Sub(now), c.Ahead})
 		}
@@ -65,6 +74,44 @@ func (l *leadLog) of(at int64) []lead {
 	return append([]lead(nil), l.leads[at]...)
 }
 
+// reset forgets every claim seen so far.
+func (l *leadLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leads, l.unidentified = map[int64][]lead{}, 0
+}
+
+// split returns how many live claims went out before, at and after their
+// slot's time; it fails t when one was marked Ahead wrongly.
+func (l *leadLog) split(t *testing.T) (early, onTime, late int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for at, ls := range l.leads {
+		for _, c := range ls {
+			switch {
+			case c.by > 0:
+				early++
+			case c.by == 0:
+				onTime++
+			default:
+				late++
+			}
+			if c.ahead != (c.by > 0) {
+				t.Errorf("slot %v: a live claim sent %v before its time marked ahead: %v", time.Unix(at, 0).UTC(), c.by, c.ahead)
+			}
+		}
+	}
+	return early, onTime, late
+}
+
+// noID is how many claims went out without their token and run ID.
+func (l *leadLog) noID() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unidentified
+}
+
 // TestClaimAhead: a replica sends each live claim ahead of its slot's time,
 // by what WithClaimAhead says (by default, the 2ms floor here: a claim
 // batch takes no fake time) but at most a quarter of the job's period, or
@@ -86,7 +133,7 @@ func TestClaimAhead(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			bubble(t, func(t *testing.T, h *harness) {
 				runs := &runLog{runs: map[int64][]ran{}}
-				leads := &leadLog{leads: map[int64][]lead{}}
+				leads := newLeadLog()
 				table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
 				h.startWith("r1", replicaOpts{claimer: leads.wrap}, registry(t, map[string]jobs.Func{"tick": runs.fn()}), table, tc.opts...)
 				from := nextSecond(0).Add(3 * time.Second)
@@ -119,7 +166,7 @@ func TestClaimAhead(t *testing.T) {
 func TestClaimAheadLimitedByMaxSkew(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		runs := &runLog{runs: map[int64][]ran{}}
-		leads := &leadLog{leads: map[int64][]lead{}}
+		leads := newLeadLog()
 		events := &eventLog{}
 		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
 		const fast = 100 * time.Millisecond
@@ -160,7 +207,7 @@ func TestClaimAheadWaitsForTheRunningSlot(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bubble(t, func(t *testing.T, h *harness) {
-				leads := &leadLog{leads: map[int64][]lead{}}
+				leads := newLeadLog()
 				table := []scheduler.Job{{Name: "long", Schedule: "@every 1s"}}
 				h.startWith("r1", replicaOpts{claimer: leads.wrap}, registry(t, map[string]jobs.Func{"long": recorder(h.rdb, "starts", tc.hold)}),
 					table, scheduler.WithClaimAhead(200*time.Millisecond))
@@ -258,7 +305,7 @@ func TestClaimAheadStopBeforeTheSlot(t *testing.T) {
 // out by the 2ms floor again, not a quarter of the period ahead.
 func TestClaimAheadIgnoresTimedOutBatches(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
-		leads := &leadLog{leads: map[int64][]lead{}}
+		leads := newLeadLog()
 		// Overlap allowed: the late runs after the stall never make a claim
 		// busy (which would have the job's next slots claimed at their time).
 		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s", Overlap: scheduler.OverlapAllow}}

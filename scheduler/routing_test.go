@@ -9,8 +9,6 @@ import (
 
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
-	"github.com/slotcron/slotcron/slot"
-	"github.com/slotcron/slotcron/slotstore"
 )
 
 // runLog records every run: its slot, replica and start delay (fake time,
@@ -65,7 +63,7 @@ func TestSpreadRouting(t *testing.T) {
 		l := &runLog{runs: map[int64][]ran{}}
 		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
 		ids := []string{"r1", "r2", "r3", "r4", "r5"}
-		claims := &claimCounter{}
+		claims := newLeadLog()
 		for _, id := range ids {
 			h.startWith(id, replicaOpts{claimer: claims.wrap}, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
 		}
@@ -101,7 +99,7 @@ func TestRaceRouting(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		l := &runLog{runs: map[int64][]ran{}}
 		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s", Routing: scheduler.RoutingRace}}
-		claims := &claimCounter{}
+		claims := newLeadLog()
 		for _, id := range []string{"r1", "r2", "r3"} {
 			h.startWith(id, replicaOpts{claimer: claims.wrap}, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
 		}
@@ -127,7 +125,7 @@ func TestSpreadSurvivesALostPreferred(t *testing.T) {
 		l := &runLog{runs: map[int64][]ran{}}
 		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
 		var cut *replica
-		claims := &claimCounter{}
+		claims := newLeadLog()
 		for _, id := range []string{"r1", "r2", "r3"} {
 			r := h.startWith(id, replicaOpts{claimer: claims.wrap}, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
 			if id == "r2" {
@@ -158,11 +156,9 @@ func TestSpreadSurvivesALostPreferred(t *testing.T) {
 		if late == 0 {
 			t.Errorf("no slot started late while r2 was cut off: were any of its slots preferred to it?")
 		}
-		claims.mu.Lock()
-		if claims.late == 0 || claims.unidentified != 0 {
-			t.Errorf("%d hedged claims sent, %d claims sent without a token or run ID; want some, and none", claims.late, claims.unidentified)
+		if _, _, late := claims.split(t); late == 0 || claims.noID() != 0 {
+			t.Errorf("%d hedged claims sent, %d claims sent without a token or run ID; want some, and none", late, claims.noID())
 		}
-		claims.mu.Unlock()
 		t.Logf("%d slots started one hedge late while r2 was cut off and still listed live", late)
 	})
 }
@@ -197,70 +193,6 @@ func TestSpreadTakesInANewReplica(t *testing.T) {
 			t.Errorf("the new replica ran %d slots of %d: it did not get its share", r3, len(runs))
 		}
 	})
-}
-
-// claimCounter counts the live claims replicas send: ahead of their slot's
-// time, at it, or later.
-type claimCounter struct {
-	mu                  sync.Mutex
-	early, onTime, late int
-	// mismarked counts live claims whose Ahead flag does not say whether
-	// they went out before their slot's time.
-	mismarked int
-	// unidentified counts claims sent without the token and run ID their
-	// run would take (a hedged claim gets them only when it is sent).
-	unidentified int
-}
-
-func (c *claimCounter) wrap(s *slotstore.Store) scheduler.Claimer { return liveClaimCounter{s, c} }
-
-func (c *claimCounter) reset() {
-	c.mu.Lock()
-	c.early, c.onTime, c.late, c.mismarked = 0, 0, 0, 0
-	c.mu.Unlock()
-}
-
-// split returns how many live claims went out before, at and after their
-// slot's time; it fails t when one was marked Ahead wrongly.
-func (c *claimCounter) split(t *testing.T) (early, onTime, late int) {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.mismarked != 0 {
-		t.Errorf("%d live claims marked Ahead when they were not sent before their slot's time, or the reverse", c.mismarked)
-	}
-	return c.early, c.onTime, c.late
-}
-
-type liveClaimCounter struct {
-	*slotstore.Store
-	c *claimCounter
-}
-
-func (cc liveClaimCounter) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
-	now := time.Now()
-	cc.c.mu.Lock()
-	for _, c := range claims {
-		if c.Kind != slot.ClaimMiss && c.Kind != slot.ClaimExpire && (c.Token == "" || c.RunID == "") {
-			cc.c.unidentified++
-		}
-		if c.Kind != slot.ClaimLive {
-			continue
-		}
-		switch {
-		case now.Before(c.Slot):
-			cc.c.early++
-		case now.Equal(c.Slot):
-			cc.c.onTime++
-		default:
-			cc.c.late++
-		}
-		if c.Ahead != now.Before(c.Slot) {
-			cc.c.mismarked++
-		}
-	}
-	cc.c.mu.Unlock()
-	return cc.Store.Claim(ctx, claims)
 }
 
 // TestSpreadAfterAReplicaLeaves: a replica that stops leaves the registry;
