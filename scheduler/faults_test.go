@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -22,6 +23,11 @@ type dropWin struct {
 	mu      sync.Mutex
 	armed   bool
 	dropped bool
+	lost    slot.Claim // the claim whose reply was lost
+	// retry is the claim of lost's slot sent next, and retryOutcome what
+	// Redis answered it.
+	retry        *slot.Claim
+	retryOutcome slot.Outcome
 }
 
 func (d *dropWin) arm() { d.mu.Lock(); d.armed = true; d.mu.Unlock() }
@@ -32,12 +38,19 @@ func (d *dropWin) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result
 	res, err := d.Store.Claim(ctx, claims)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.dropped && d.retry == nil {
+		for i, c := range claims {
+			if c.Job == d.lost.Job && c.Slot.Equal(d.lost.Slot) {
+				d.retry, d.retryOutcome = &claims[i], res[i].Outcome
+			}
+		}
+	}
 	if err != nil || !d.armed || d.dropped {
 		return res, err
 	}
-	for _, r := range res {
+	for i, r := range res {
 		if r.Outcome == slot.OutcomeWon {
-			d.dropped = true
+			d.dropped, d.lost = true, claims[i]
 			lost := make([]slot.Result, len(res))
 			for i := range lost {
 				lost[i] = slot.Result{Err: errors.New("dropWin: i/o timeout (the reply was lost)"), Wait: -1}
@@ -51,14 +64,27 @@ func (d *dropWin) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result
 // TestLostClaimReplyIsRecognised: the reply of a won claim is lost. The
 // replica's retry must be recognised as the same claim (same token), so the
 // slot runs once, on this replica; it must not be left "running" with no
-// run behind it, blocking the job's later slots as skipped.
+// run behind it, blocking the job's later slots as skipped. With claims
+// 2ms ahead (the default here) the retry goes after the slot's time; with
+// claims 250ms ahead it goes before it, as an ahead claim too.
 func TestLostClaimReplyIsRecognised(t *testing.T) {
+	for _, ahead := range []time.Duration{0 /* automatic: 2ms here */, 250 * time.Millisecond} {
+		t.Run(fmt.Sprintf("ahead=%v", ahead), func(t *testing.T) { testLostClaimReply(t, ahead) })
+	}
+}
+
+// minBackoffAhead: a claim sent further ahead than this is sent again,
+// after its first backoff (at most 100ms), still ahead of its slot.
+const minBackoffAhead = 100 * time.Millisecond
+
+func testLostClaimReply(t *testing.T, ahead time.Duration) {
 	bubble(t, func(t *testing.T, h *harness) {
 		key := "starts"
 		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 2 * time.Second}}
 		reg := registry(t, map[string]jobs.Func{"j": recorder(h.rdb, key, 10*time.Millisecond)})
 		var d *dropWin
-		h.startWith("r1", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { d = &dropWin{Store: s}; return d }}, reg, table)
+		h.startWith("r1", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { d = &dropWin{Store: s}; return d }}, reg, table,
+			scheduler.WithClaimAhead(ahead))
 		// The replica starts at a whole second, with two slots due at once
 		// (the one before, within max_skew, and this one): the second is
 		// skipped behind the first's run. The slots under test come after.
@@ -69,6 +95,17 @@ func TestLostClaimReplyIsRecognised(t *testing.T) {
 		if !d.hasDropped() {
 			t.Fatal("no reply was dropped: the test shows nothing")
 		}
+		d.mu.Lock()
+		switch {
+		case d.retry == nil:
+			t.Errorf("the claim of slot %v whose reply was lost was not sent again", d.lost.Slot.UTC())
+		case d.retry.Token != d.lost.Token || d.retryOutcome != slot.OutcomeWon:
+			t.Errorf("retry of slot %v: token %q (lost: %q), answered %s; want the same token, won", d.lost.Slot.UTC(), d.retry.Token, d.lost.Token, d.retryOutcome)
+		case d.retry.Ahead != (ahead > minBackoffAhead):
+			// 250ms ahead, the retry (after a 50-100ms backoff) still goes before the slot.
+			t.Errorf("retry of slot %v sent ahead: %v, want %v", d.lost.Slot.UTC(), d.retry.Ahead, ahead > minBackoffAhead)
+		}
+		d.mu.Unlock()
 		runs := map[int64]int{}
 		for _, s := range h.starts(key) {
 			runs[s.slot]++
