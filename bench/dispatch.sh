@@ -23,7 +23,7 @@ echo "median of $rounds rounds (100 jobs due per tick, 10 ticks per round, repli
 for replicas in 1 5; do
   for routing in race spread; do
     echo "replicas=$replicas routing=$routing"
-    for metric in started-% p50-ms p99-ms max-ms redis-cpu-us/slot redis-script-us/slot redis-cpu-ms/tick go-cpu-ms/tick min-share-% max-share-% claim-trips/tick/replica check-trips/tick/replica go-allocs/tick; do
+    for metric in started-% p50-ms p99-ms max-ms redis-cpu-us/slot redis-idle-us/slot redis-net-us/slot redis-script-us/slot redis-cpu-ms/tick go-cpu-ms/tick min-share-% max-share-% claim-trips/tick/replica check-trips/tick/replica go-allocs/tick; do
       grep "replicas=$replicas/routing=$routing-" "$out" | awk -v m="$metric" '{ for (i = 1; i <= NF; i++) if ($i == m) print $(i-1) }' | sort -n |
         awk -v m="$metric" '{ v[NR] = $1 } END { if (NR == 0) exit; med = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "  %-26s %9.3f   (min %.3f, max %.3f)\n", m, med, v[1], v[NR] }'
     done

@@ -30,7 +30,7 @@ echo
 printf "| jobs per tick | figure | 1 replica | 5 replicas | 20 replicas |\n|---|---|---|---|---|\n"
 for jobs in 10 100 1000 10000; do
   grep -q "jobs=$jobs/" "$out" || continue
-  for metric in started-% p50-ms p99-ms redis-cpu-us/slot slowest-cmd-ms go-cpu-us/slot rss-mb; do
+  for metric in started-% p50-ms p99-ms redis-cpu-us/slot redis-net-us/slot slowest-cmd-ms go-cpu-us/slot rss-mb; do
     row="| $jobs | $metric"
     for replicas in 1 5 20; do
       v=$({ grep "jobs=$jobs/replicas=$replicas-" "$out" || true; } | awk -v m="$metric" '{ for (i = 1; i <= NF; i++) if ($i == m) print $(i-1) }' | sort -g |

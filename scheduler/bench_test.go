@@ -124,6 +124,10 @@ func BenchmarkScale(b *testing.B) {
 func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routing) {
 	for range b.N {
 		srv := redistest.Start(b)
+		// An idle Redis beside it, measured over the same window: what a
+		// Redis costs with no client at all (its own cron, which reads /proc
+		// ten times a second), so that the figure slotcron adds is shown apart.
+		twin := redistest.StartOwned(b)
 		prefix := srv.Key("bench")
 		var (
 			mu     sync.Mutex
@@ -187,12 +191,14 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		admin.Do(context.Background(), "SLOWLOG", "RESET")
 		admin.ConfigResetStat(context.Background())
 		goCPU0, redisCPU0, mallocs0 := cpuNow(b, srv)
+		_, idleCPU0, _ := cpuNow(b, twin)
 		var base []int64
 		for _, c := range counters {
 			base = append(base, c.tickBatches.Load(), c.tickTrips.Load(), c.checkBatches.Load(), c.checkTrips.Load())
 		}
 		sleepUntil(first.Add(time.Duration(ticks)*time.Second - 100*time.Millisecond))
 		goCPU1, redisCPU1, mallocs1 := cpuNow(b, srv)
+		_, idleCPU1, _ := cpuNow(b, twin)
 		slowest := slowlogFloorUS * time.Microsecond // none logged: under the floor
 		if entries, err := admin.SlowLogGet(context.Background(), -1).Result(); err == nil {
 			var log strings.Builder
@@ -262,6 +268,9 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		b.ReportMetric(float64(mallocs1-mallocs0)/float64(ticks), "go-allocs/tick")
 		b.ReportMetric(float64(checkTrips)/float64(replicas*ticks), "check-trips/tick/replica")
 		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e3/float64(njobs*ticks), "redis-cpu-us/slot")
+		idle := idleCPU1 - idleCPU0
+		b.ReportMetric(float64(idle)/1e3/float64(njobs*ticks), "redis-idle-us/slot")
+		b.ReportMetric(float64(redisCPU1-redisCPU0-idle)/1e3/float64(njobs*ticks), "redis-net-us/slot")
 		scripts, _ := redistest.CommandTime(stats, "evalsha") // none ran: 0
 		b.ReportMetric(float64(scripts.Nanoseconds())/1e3/float64(njobs*ticks), "redis-script-us/slot")
 		lo, hi := njobs*ticks, 0
