@@ -19,6 +19,9 @@ type Replica struct {
 	ID       string
 	Instance string // random per process start: tells two processes with one ID apart
 	Version  string // the build's module version and VCS revision
+	// Protocol is the version of the slot protocol the replica's store
+	// speaks (slotstore.Protocol): 1 for replicas older than the field.
+	Protocol int
 	Started  time.Time
 	Seen     time.Time     // the last heartbeat, on the store's clock
 	Offset   time.Duration // the store's clock minus the replica's, at its last probe
@@ -65,4 +68,22 @@ type Registry struct {
 	Now         time.Time // the store's clock
 	Replicas    []Replica
 	Deployments []Deployment // other prefixes; nil when the store can't tell
+	// Protocol is the reader's own protocol version. A live replica of an
+	// older one keeps its state where this one does not look (protocol 1
+	// kept a slot's record as a hash, and the job's lease under a key of its
+	// own), so the two must not claim side by side: while one is live, the
+	// newer replicas claim nothing, and start once it has left.
+	Protocol int
+}
+
+// Older returns the IDs of the live replicas whose protocol is older than
+// the reader's.
+func (r Registry) Older() []string {
+	var ids []string
+	for _, rep := range r.Replicas {
+		if rep.Protocol < r.Protocol {
+			ids = append(ids, rep.ID)
+		}
+	}
+	return ids
 }

@@ -15,7 +15,7 @@ import (
 
 // BenchmarkClaimBatch claims one slot of each of 100 jobs in one Claim (one
 // script call), first as the winner, then as a loser, then peeks at the
-// records as a hedged claim does (Peek: one HMGET per slot, pipelined),
+// records as a hedged claim does (Peek: one MGET of every slot's record),
 // then finishes the runs. It reports what Redis spent running the scripts,
 // per claim and per finish (INFO commandstats, on a server of its own). Calls run back to back here, with Redis's caches warm; a
 // scheduler ticking once a second finds them colder and pays more.
@@ -53,7 +53,7 @@ func BenchmarkClaimBatch(b *testing.B) {
 		return d
 	}
 	// peekTime peeks at the claims' records (what a hedged claim does
-	// first) and returns Redis's time in HMGET for them.
+	// first) and returns Redis's time in MGET for them.
 	peekTime := func(claims []slot.Claim) time.Duration {
 		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 			b.Fatal(err)
@@ -62,7 +62,7 @@ func BenchmarkClaimBatch(b *testing.B) {
 		if err != nil || recs[0].State != slot.StateRunning {
 			b.Fatalf("peek: %+v %v", recs, err)
 		}
-		return commandTime("hmget")
+		return commandTime("mget")
 	}
 	// scriptTime runs claims and returns Redis's time in EVALSHA for them.
 	scriptTime := func(claims []slot.Claim, want slot.Outcome) time.Duration {

@@ -110,19 +110,19 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 	index := map[claimProfile]int{}
 	var profiles []any
 	perClaim := make([]any, 0, 5*len(g))
-	keys := make([]string, 0, 7*len(g))
+	keys := make([]string, 0, 2*len(g))
 	for k, i := range g {
 		c := claims[i]
-		ref, record, lease := s.target(c, c.AllowOverlap)
-		keys = append(keys, record, lease,
-			s.fenceKey(c.Job), s.runsKey(c.Job), s.lastKey(c.Job), s.runningKey(c.Job), s.pausedKey(c.Job))
+		ref, record := s.target(c)
+		keys = append(keys, record, s.stateKey(c.Job))
 		p := claimProfile{ttl: c.LeaseTTL.Milliseconds(), retention: c.Retention.Milliseconds(),
 			overlap: "skip", mode: claimModes[c.Kind], reason: c.Reason, early: c.MaxEarly.Milliseconds()}
 		if c.Manual != nil {
 			p.by, p.note = c.Manual.By, c.Manual.Note
 		}
+		kind := "job"
 		if c.AllowOverlap {
-			p.overlap = "allow"
+			p.overlap, kind = "allow", "slot"
 		}
 		if c.Kind == slot.ClaimLive && c.Ahead {
 			p.mode = "ahead"
@@ -143,13 +143,15 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 			}
 			tokens[i] = base + "." + strconv.Itoa(k+1)
 		}
+		var tail string
 		if c.Kind != slot.ClaimMiss && c.Kind != slot.ClaimExpire { // no run comes of those
 			runIDs[i] = runID(c)
+			tail = claimTail(kind, tokens[i], runIDs[i], ref, c.Replica, p.by, p.note)
 		}
-		perClaim = append(perClaim, ref, c.Deadline.UnixMilli(), pi, tokens[i], runIDs[i])
+		perClaim = append(perClaim, ref, c.Deadline.UnixMilli(), pi, tokens[i], tail)
 	}
-	args := make([]any, 0, 3+len(profiles)+len(perClaim))
-	args = append(args, claims[g[0]].Replica, s.maxHistory, len(index))
+	args := make([]any, 0, 2+len(profiles)+len(perClaim))
+	args = append(args, claims[g[0]].Replica, len(index))
 	args = append(append(args, profiles...), perClaim...)
 	return call{claimScript, keys, args}
 }
@@ -157,18 +159,17 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 // takeoverCall is one takeover.lua call for the takeovers at indexes g. It
 // sets their tokens and run IDs.
 func (s *Store) takeoverCall(claims []slot.Claim, tokens, runIDs []string, g []int) call {
-	keys := make([]string, 0, 6*len(g))
-	args := make([]any, 0, 2+7*len(g))
-	args = append(args, claims[g[0]].Replica, s.maxHistory)
+	keys := make([]string, 0, 2*len(g))
+	args := make([]any, 0, 1+7*len(g))
+	args = append(args, claims[g[0]].Replica)
 	for _, i := range g {
 		c := claims[i]
 		tokens[i] = c.Token
 		if tokens[i] == "" {
 			tokens[i] = rediskit.NewToken()
 		}
-		ref, record, jobLease := s.target(c, false)
-		_, _, slotLease := s.target(c, true)
-		keys = append(keys, record, jobLease, slotLease, s.fenceKey(c.Job), s.runsKey(c.Job), s.runningKey(c.Job))
+		ref, record := s.target(c)
+		keys = append(keys, record, s.stateKey(c.Job))
 		policy := "abandon"
 		if c.Retry {
 			policy = "retry"
@@ -200,16 +201,24 @@ func (s *Store) parseClaim(ctx context.Context, c slot.Claim, token, runID strin
 	case slot.OutcomeWon:
 		res.Fence, res.Attempt = r.int(1), int(r.int(2))
 		res.Holder = c.Replica
-		// The run ID in the reply is the record's, for a claim sent again.
-		at := 3
+		w := won{runID: runID}
 		if c.Kind == slot.ClaimTakeover { // the attempt holds the lease the record names
 			c.AllowOverlap = r.str(3) == "slot"
-			at = 4
+			w.started, w.at = r.int(5), r.int(6)
+			w.by, w.note = r.str(7), r.str(8)
+			if id := r.str(4); id != "" {
+				w.runID = id
+			}
+		} else {
+			w.started = r.int(4)
+			if id := r.str(3); id != "" { // the record's, for a claim sent again
+				w.runID = id
+			}
+			if c.Manual != nil { // asked for when first claimed
+				w.at, w.by, w.note = w.started, c.Manual.By, c.Manual.Note
+			}
 		}
-		if id := r.str(at); id != "" {
-			runID = id
-		}
-		res.Lease = s.newLease(ctx, c, token, runID, res.Fence, res.Attempt, sent)
+		res.Lease = s.newLease(ctx, c, token, res.Fence, res.Attempt, w, sent)
 	case slot.OutcomeLost:
 		res.Holder, res.State = r.str(1), slot.State(r.str(2))
 		res.Fence, res.Attempt = r.int(3), int(r.int(4))

@@ -10,20 +10,33 @@
 // Every key of a job shares one hash tag, so that every script touches one
 // Redis Cluster slot:
 //
-//	<prefix>:{<job>}:slot:<unix>   the slot record (hash), kept for the retention
-//	<prefix>:{<job>}:lease         the job's lease: "<token> <slot> <replica>"
-//	<prefix>:{<job>}:lease:<unix>  a slot's own lease, when overlap is allowed
-//	<prefix>:{<job>}:fence         the fencing-token counter
-//	<prefix>:{<job>}:runs          the run history (a capped stream)
-//	<prefix>:{<job>}:last          the latest slot that has a record
-//	<prefix>:{<job>}:running       the slots whose records are running
+//	<prefix>:{<job>}:slot:<unix>   a slot's record (a string), kept for the retention
+//	<prefix>:{<job>}:manual:<id>   a manual slot's record, the same
+//	<prefix>:{<job>}:state         the job's state (a hash): its lease ("<token>
+//	                               <slot> <until_ms> <replica>"), a slot's own
+//	                               lease when overlap is allowed, its fence, its
+//	                               latest slot with a record, its running and
+//	                               recently ended slots, its pause
+//
+// A record is "<state> <fence> <attempt> <started> <finished> <at> <lease>
+// <token> <run_id> <slot> " and five texts (owner, error, result, and a
+// manual slot's who and why), each "<length>:<text>": see RecordKey.
+//
+// This is protocol 2 (Protocol). Protocol 1 kept a record as a hash and a
+// key per job for each of the lease, fence, high-water mark, running set,
+// history and pause: JobStates reads those in, converting the records of
+// slots still running; records that protocol 1 finished stay hashes, which
+// every script and reader takes as the records they are.
 //
 // # Operations
 //
 // Claim decides a batch of claims in one round trip: on a single server one
-// script call, on a Cluster one call per hash slot. Renew keeps a replica's
-// leases alive, all in one round trip, comparing each token inside the
-// script. Finish records how runs ended and frees their leases; it never
+// script call, on a Cluster one call per hash slot; a winning claim costs
+// Redis three commands (read the job's state, create the record unless it
+// exists, write the job's state). Peek reads many slots' records in one
+// MGET. Renew keeps a replica's leases alive, all in one round trip,
+// comparing each token inside the script. Finish records how runs ended and
+// frees their leases, in three commands while the run's lease holds; it never
 // deletes a record. A takeover (slot.ClaimTakeover) settles a running slot
 // whose owner lost its lease, by policy.
 //

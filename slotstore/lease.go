@@ -9,31 +9,54 @@ import (
 	"github.com/slotcron/slotcron/slot"
 )
 
-// lease is a won slot: the slot.Lease this Store hands out.
+// lease is a won slot: the slot.Lease this Store hands out. Besides the
+// run's token it keeps what its record holds, so that the finish writes the
+// final record whole (see runFinal).
 type lease struct {
 	s         *Store
 	job       string
 	slot      time.Time
+	ref       string // the slot as the scripts name it
 	replica   string
 	token     string
 	runID     string
 	fence     int64
 	attempt   int
+	started   int64 // ms on Redis's clock, as the record has it
+	at        int64 // a manual slot's: when it was asked for, ms; 0 otherwise
+	by, note  string
+	allow     bool // the lease is the slot's own (overlap allow), not the job's
 	ttl       time.Duration
 	retention time.Duration
 	record    string
-	key       string
+	state     string
 	v         *validity.Timer
 }
 
-func (s *Store) newLease(ctx context.Context, c slot.Claim, token, runID string, fence int64, attempt int, sent time.Time) *lease {
-	_, record, key := s.target(c, c.AllowOverlap)
+// won is what a won claim's reply says of the record, beyond fence and attempt.
+type won struct {
+	runID       string
+	started, at int64
+	by, note    string
+}
+
+func (s *Store) newLease(ctx context.Context, c slot.Claim, token string, fence int64, attempt int, w won, sent time.Time) *lease {
+	ref, record := s.target(c)
 	return &lease{
-		s: s, job: c.Job, slot: time.Unix(c.Slot.Unix(), 0).In(c.Slot.Location()), replica: c.Replica,
-		token: token, runID: runID, fence: fence, attempt: attempt, ttl: c.LeaseTTL, retention: c.Retention,
-		record: record, key: key,
+		s: s, job: c.Job, slot: time.Unix(c.Slot.Unix(), 0).In(c.Slot.Location()), ref: ref, replica: c.Replica,
+		token: token, runID: w.runID, fence: fence, attempt: attempt, started: w.started, at: w.at, by: w.by, note: w.note,
+		allow: c.AllowOverlap, ttl: c.LeaseTTL, retention: c.Retention,
+		record: record, state: s.stateKey(c.Job),
 		v: validity.Start(ctx, sent, c.LeaseTTL),
 	}
+}
+
+// kind names the lease in the record: the job's, or the slot's own.
+func (l *lease) kind() string {
+	if l.allow {
+		return "slot"
+	}
+	return "job"
 }
 
 func (l *lease) Job() string              { return l.job }
@@ -76,7 +99,8 @@ func (s *Store) Renew(ctx context.Context, leases []slot.Lease) []error {
 			errs[i] = err
 			continue
 		}
-		calls = append(calls, call{renewScript, []string{ml.key, ml.record}, []any{ml.token, ml.ttl.Milliseconds(), ml.retention.Milliseconds()}})
+		calls = append(calls, call{renewScript, []string{ml.state, ml.record},
+			[]any{ml.token, ml.ref, ml.kind(), ml.ttl.Milliseconds(), ml.retention.Milliseconds(), ml.replica}})
 		mine, index = append(mine, ml), append(index, i)
 	}
 	if len(calls) == 0 {
@@ -140,11 +164,12 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 	}
 	calls := make([]call, len(groups))
 	for gi, g := range groups {
-		c := call{script: finishScript, args: []any{s.maxHistory}}
+		c := call{script: finishScript, keys: make([]string, 0, 2*len(g)), args: make([]any, 0, 6*len(g))}
 		for _, i := range g {
 			l := leases[i]
-			c.keys = append(c.keys, l.record, l.key, s.runsKey(l.job), s.runningKey(l.job))
-			c.args = append(c.args, l.token, string(reqs[i].State), reqs[i].Error, l.retention.Milliseconds(), l.replica, reqs[i].Result)
+			head, tail := l.runFinal(reqs[i].State, reqs[i].Error, reqs[i].Result)
+			c.keys = append(c.keys, l.record, l.state)
+			c.args = append(c.args, l.token, l.ref, l.kind(), head, tail, l.retention.Milliseconds())
 		}
 		calls[gi] = c
 	}

@@ -96,7 +96,7 @@ func TestManualSlots(t *testing.T) {
 	if r := claimOne(t, s, to); r.Outcome != slot.OutcomeAlive {
 		t.Fatalf("takeover while the owner holds its lease: %+v", r)
 	}
-	rdb.Del(ctx, s.Prefix()+":{m}:lease")
+	lapse(t, rdb, s, "m", "lease")
 	second := claimOne(t, s, to)
 	if second.Outcome != slot.OutcomeWon || second.Attempt != 2 || second.Fence <= dying.Fence {
 		t.Fatalf("takeover of the manual slot: %+v", second)

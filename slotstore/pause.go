@@ -6,14 +6,17 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slotcron/slotcron/slot"
 )
 
 // Pause pauses job across every replica: from the next claim on, each of its
 // slots is recorded paused, with note and by, and none runs. Runs in
 // progress go on. It reports whether the job was running (false: a pause
-// stood, and now has this note). Every replica must run a version that knows
-// pauses (older claim scripts don't read the key).
+// stood, and now has this note). The pause is written where replicas of
+// protocol 1 read it too, so that it holds while a deployment upgrades
+// (versions older than pauses ignore it).
 func (s *Store) Pause(ctx context.Context, job, note, by string) (bool, error) {
 	if err := checkJob(job); err != nil {
 		return false, fmt.Errorf("slotstore: pausing: %w", err)
@@ -21,7 +24,7 @@ func (s *Store) Pause(ctx context.Context, job, note, by string) (bool, error) {
 	if by == "" {
 		return false, fmt.Errorf("slotstore: pausing %s: say who pauses it (by)", job)
 	}
-	n, err := pauseScript.Run(ctx, s.rdb, []string{s.pausedKey(job)}, "pause", note, by).Int()
+	n, err := pauseScript.Run(ctx, s.rdb, []string{s.stateKey(job), s.v1PausedKey(job)}, "pause", note, by).Int()
 	if err != nil {
 		return false, fmt.Errorf("slotstore: pausing %s: %w", job, err)
 	}
@@ -34,34 +37,43 @@ func (s *Store) Resume(ctx context.Context, job string) (bool, error) {
 	if err := checkJob(job); err != nil {
 		return false, fmt.Errorf("slotstore: resuming: %w", err)
 	}
-	n, err := pauseScript.Run(ctx, s.rdb, []string{s.pausedKey(job)}, "resume").Int()
+	n, err := pauseScript.Run(ctx, s.rdb, []string{s.stateKey(job), s.v1PausedKey(job)}, "resume").Int()
 	if err != nil {
 		return false, fmt.Errorf("slotstore: resuming %s: %w", job, err)
 	}
 	return n == 1, nil
 }
 
-// Pauses returns the pauses that stand among jobs, by job.
+// Pauses returns the pauses that stand among jobs, by job: those in the
+// jobs' states, and for a job whose protocol-1 keys were never read in (no
+// replica of protocol 2 has started yet), its protocol-1 pause. One round
+// trip.
 func (s *Store) Pauses(ctx context.Context, jobs []string) (map[string]slot.Pause, error) {
 	pipe := s.rdb.Pipeline()
-	cmds := make([]interface {
-		Val() map[string]string
-		Err() error
-	}, len(jobs))
+	states := make([]*redis.SliceCmd, len(jobs))
+	older := make([]*redis.MapStringStringCmd, len(jobs))
 	for i, job := range jobs {
-		cmds[i] = pipe.HGetAll(ctx, s.pausedKey(job))
+		states[i] = pipe.HMGet(ctx, s.stateKey(job), "paused_by", "paused_note", "paused_at", "v")
+		older[i] = pipe.HGetAll(ctx, s.v1PausedKey(job))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("slotstore: reading pauses: %w", err)
 	}
 	out := map[string]slot.Pause{}
 	for i, job := range jobs {
-		h := cmds[i].Val()
-		if h["by"] == "" {
+		f := make([]string, 4)
+		for k, v := range states[i].Val() {
+			f[k], _ = v.(string)
+		}
+		by, note, at := f[0], f[1], f[2]
+		if h := older[i].Val(); f[3] == "" && by == "" {
+			by, note, at = h["by"], h["note"], h["at"]
+		}
+		if by == "" {
 			continue
 		}
-		ms, _ := strconv.ParseInt(h["at"], 10, 64)
-		out[job] = slot.Pause{Note: h["note"], By: h["by"], At: time.UnixMilli(ms)}
+		ms, _ := strconv.ParseInt(at, 10, 64)
+		out[job] = slot.Pause{Note: note, By: by, At: time.UnixMilli(ms)}
 	}
 	return out, nil
 }

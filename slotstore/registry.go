@@ -29,6 +29,7 @@ func (s *Store) listsKey() string { return s.prefix + ":replicas:jobs" }
 // replicaJSON is the description a replica publishes in the registry.
 type replicaJSON struct {
 	Version  string            `json:"version,omitempty"`
+	Protocol int               `json:"protocol,omitempty"` // absent: protocol 1
 	Started  int64             `json:"started_ms"`
 	OffsetNS int64             `json:"offset_ns"`
 	Jobs     map[string]string `json:"jobs,omitempty"`
@@ -49,7 +50,7 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 	if table == "" && me.Jobs != nil {
 		table = slot.TableHash(me.Jobs)
 	}
-	desc, err := json.Marshal(replicaJSON{Version: me.Version, Started: me.Started.UnixMilli(), OffsetNS: int64(me.Offset), Table: table})
+	desc, err := json.Marshal(replicaJSON{Version: me.Version, Protocol: Protocol, Started: me.Started.UnixMilli(), OffsetNS: int64(me.Offset), Table: table})
 	if err != nil {
 		return slot.Registry{}, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
@@ -81,7 +82,7 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 		return slot.Registry{}, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
 	r := reply(vals)
-	reg := slot.Registry{Now: time.UnixMilli(r.int(1))}
+	reg := slot.Registry{Now: time.UnixMilli(r.int(1)), Protocol: Protocol}
 	switch r.str(0) {
 	case "duplicate":
 		other, perr := parseReplica(me.ID, r.str(2))
@@ -181,7 +182,7 @@ func (s *Store) Registry(ctx context.Context, stale time.Duration) (slot.Registr
 	if _, err := pipe.Exec(ctx); err != nil {
 		return slot.Registry{}, fmt.Errorf("slotstore: reading the replica registry: %w", err)
 	}
-	reg := slot.Registry{Now: now.Val()}
+	reg := slot.Registry{Now: now.Val(), Protocol: Protocol}
 	for id, v := range all.Val() {
 		rep, err := parseReplica(id, v)
 		if err != nil {
@@ -204,7 +205,11 @@ func parseReplica(id, v string) (slot.Replica, error) {
 	if !ok1 || !ok2 || err != nil || json.Unmarshal([]byte(desc), &d) != nil {
 		return slot.Replica{}, fmt.Errorf("replica %q: malformed registry entry %q", id, v)
 	}
-	return slot.Replica{ID: id, Instance: inst, Version: d.Version, Started: time.UnixMilli(d.Started),
+	protocol := d.Protocol
+	if protocol == 0 {
+		protocol = 1
+	}
+	return slot.Replica{ID: id, Instance: inst, Version: d.Version, Protocol: protocol, Started: time.UnixMilli(d.Started),
 		Seen: time.UnixMilli(seen), Offset: time.Duration(d.OffsetNS), Jobs: d.Jobs, Table: table(d)}, nil
 }
 

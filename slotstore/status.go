@@ -15,66 +15,144 @@ import (
 )
 
 // JobStates returns, for each job, the latest slot that has a record (the
-// high-water mark the claim script keeps) and the slots whose records are
-// running; a job with neither is absent. One round trip.
+// high-water mark) and the slots whose records are running; a job with
+// neither is absent. It first takes in what replicas of protocol 1 left
+// under each job's older keys (jobstates.lua): their fence, high-water mark,
+// pause and history, and their running slots, whose records it converts.
+// Run it only while no replica of protocol 1 is live (the scheduler does,
+// at start). Two round trips: the older running sets, then the scripts.
 func (s *Store) JobStates(ctx context.Context, jobs []string) (map[string]slot.JobState, error) {
-	pipe := s.rdb.Pipeline()
-	lasts := make([]*redis.FloatCmd, len(jobs))
-	running := make([]*redis.StringSliceCmd, len(jobs))
-	for i, job := range jobs {
+	for _, job := range jobs {
 		if err := checkJob(job); err != nil {
 			return nil, err
 		}
-		lasts[i] = pipe.ZScore(ctx, s.lastKey(job), "last")
-		running[i] = pipe.ZRange(ctx, s.runningKey(job), 0, -1)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("slotstore: reading the running slots: %w", err)
+	pipe := s.rdb.Pipeline()
+	older := make([]*redis.StringSliceCmd, len(jobs))
+	for i, job := range jobs {
+		older[i] = pipe.ZRange(ctx, s.v1RunningKey(job), 0, -1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("slotstore: reading protocol 1's running slots: %w", err)
+	}
+	var calls []call
+	groups := s.split(len(jobs), func(i int) (callKind, string) { return callKind{}, jobs[i] })
+	for _, g := range groups {
+		var c call
+		for _, i := range g {
+			job, refs := jobs[i], older[i].Val()
+			c.keys = append(c.keys, s.stateKey(job), s.v1LeaseKey(job), s.v1FenceKey(job), s.v1LastKey(job),
+				s.v1RunningKey(job), s.v1PausedKey(job), s.v1RunsKey(job))
+			c.args = append(c.args, len(refs))
+			for _, ref := range refs {
+				c.keys = append(c.keys, s.refKey(job, ref), s.v1SlotLeaseKey(job, ref))
+				c.args = append(c.args, ref)
+			}
+		}
+		c.script = jobstatesScript
+		calls = append(calls, c)
 	}
 	out := map[string]slot.JobState{}
-	for i, job := range jobs {
-		var st slot.JobState
-		n, err := lasts[i].Result()
-		switch {
-		case err == nil:
-			st.Last = time.Unix(int64(n), 0)
-		case !errors.Is(err, redis.Nil):
-			return nil, fmt.Errorf("slotstore: reading the running slots of %s: %w", job, err)
+	for gi, cmd := range s.batch(ctx, calls) {
+		g := groups[gi]
+		vals, err := replies(cmd, len(g))
+		if err != nil {
+			return nil, fmt.Errorf("slotstore: reading the jobs' states: %w", err)
 		}
-		for _, m := range running[i].Val() {
-			if id, ok := strings.CutPrefix(m, manualRef("")); ok {
-				st.RunningManual = append(st.RunningManual, id)
-				continue
+		for k, i := range g {
+			v, _ := vals[k].([]any)
+			r := reply(v)
+			var st slot.JobState
+			if last := r.int(0); last > 0 {
+				st.Last = time.Unix(last, 0)
 			}
-			at, err := strconv.ParseInt(m, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("slotstore: reading the running slots of %s: slot %q: %w", job, m, err)
+			for _, ref := range strings.Fields(r.str(1)) {
+				if id, ok := strings.CutPrefix(ref, manualRef("")); ok {
+					st.RunningManual = append(st.RunningManual, id)
+					continue
+				}
+				at, err := strconv.ParseInt(ref, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("slotstore: reading the state of %s: running slot %q: %w", jobs[i], ref, err)
+				}
+				st.Running = append(st.Running, time.Unix(at, 0))
 			}
-			st.Running = append(st.Running, time.Unix(at, 0))
-		}
-		if !st.Last.IsZero() || len(st.Running)+len(st.RunningManual) > 0 {
-			out[job] = st
+			if r.err != nil {
+				return nil, fmt.Errorf("slotstore: reading the state of %s: %w in reply %v", jobs[i], r.err, v)
+			}
+			slices.SortFunc(st.Running, time.Time.Compare)
+			if !st.Last.IsZero() || len(st.Running)+len(st.RunningManual) > 0 {
+				out[jobs[i]] = st
+			}
 		}
 	}
 	return out, nil
 }
 
+// readRecords reads the records of job's slots by their refs, in one round
+// trip, and a second for any that is a protocol-1 record (a hash): one per
+// ref, ok false where a slot has none.
+func (s *Store) readRecords(ctx context.Context, job string, refs []string) ([]slot.Record, []bool, error) {
+	recs, ok := make([]slot.Record, len(refs)), make([]bool, len(refs))
+	if len(refs) == 0 {
+		return recs, ok, nil
+	}
+	keys := make([]string, len(refs))
+	for i, ref := range refs {
+		keys[i] = s.refKey(job, ref)
+	}
+	pipe := s.rdb.Pipeline()
+	mget := pipe.MGet(ctx, keys...) // one job's keys share a hash slot
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, fmt.Errorf("slotstore: reading the records of %s: %w", job, err)
+	}
+	var hashes []int
+	for i, v := range mget.Val() {
+		str, isString := v.(string)
+		if !isString {
+			hashes = append(hashes, i) // none, or a protocol-1 record: MGET answers nil for both
+			continue
+		}
+		rec, err := parseRecord(job, str)
+		if err != nil {
+			return nil, nil, fmt.Errorf("slotstore: the record of %s %s: %w", job, refs[i], err)
+		}
+		recs[i], ok[i] = rec, true
+	}
+	if len(hashes) == 0 {
+		return recs, ok, nil
+	}
+	pipe = s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(hashes))
+	for k, i := range hashes {
+		cmds[k] = pipe.HGetAll(ctx, keys[i])
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, fmt.Errorf("slotstore: reading the records of %s: %w", job, err)
+	}
+	for k, i := range hashes {
+		h, err := cmds[k].Result()
+		if err != nil || len(h) == 0 { // WRONGTYPE would be a string written since: none read
+			continue
+		}
+		at, _ := strconv.ParseInt(refs[i], 10, 64)
+		recs[i], ok[i] = parseRecordV1(job, at, h), true
+	}
+	return recs, ok, nil
+}
+
 // Record returns one slot's record; ok is false when it has none (never
-// claimed, or older than the retention). One round trip.
+// claimed, or older than the retention). One round trip (two for a record
+// that protocol 1 wrote).
 func (s *Store) Record(ctx context.Context, job string, at time.Time) (rec slot.Record, ok bool, err error) {
 	if err := checkJob(job); err != nil {
 		return rec, false, err
 	}
-	pipe := s.rdb.Pipeline()
-	cmd := pipe.HGetAll(ctx, s.recordKey(job, at.Unix()))
-	if _, err := pipe.Exec(ctx); err != nil {
-		return rec, false, fmt.Errorf("slotstore: reading the record of slot %s@%d: %w", job, at.Unix(), err)
+	recs, oks, err := s.readRecords(ctx, job, []string{strconv.FormatInt(at.Unix(), 10)})
+	if err != nil {
+		return rec, false, err
 	}
-	h := cmd.Val()
-	if len(h) == 0 {
-		return rec, false, nil
-	}
-	return parseRecord(job, at.Unix(), h), true, nil
+	return recs[0], oks[0], nil
 }
 
 // ManualRecord returns a manual slot's record; ok is false when it has none
@@ -86,82 +164,49 @@ func (s *Store) ManualRecord(ctx context.Context, job, id string) (rec slot.Reco
 	if err := slot.CheckManualID(id); err != nil {
 		return rec, false, err
 	}
-	pipe := s.rdb.Pipeline()
-	cmd := pipe.HGetAll(ctx, s.jobKey(job, "manual:"+id))
-	if _, err := pipe.Exec(ctx); err != nil {
-		return rec, false, fmt.Errorf("slotstore: reading the record of manual slot %s %s: %w", job, id, err)
+	recs, oks, err := s.readRecords(ctx, job, []string{manualRef(id)})
+	if err != nil {
+		return rec, false, err
 	}
-	h := cmd.Val()
-	if len(h) == 0 {
-		return rec, false, nil
-	}
-	return parseRecord(job, 0, h), true, nil
+	return recs[0], oks[0], nil
 }
 
 // Records returns the job's latest slot records, newest first, at most n:
-// the slots running now and those named by its run history (of slots' ends),
+// the slots running now and those that ended last (the job's state keeps
+// the latest, about 1 KB of them: 90 scheduled slots, fewer manual ones),
 // whose records are still kept. Two round trips.
 func (s *Store) Records(ctx context.Context, job string, n int) ([]slot.Record, error) {
 	if err := checkJob(job); err != nil {
 		return nil, err
 	}
 	pipe := s.rdb.Pipeline()
-	running := pipe.ZRevRange(ctx, s.runningKey(job), 0, int64(n-1))
-	entries, err := s.xrevrange(ctx, pipe, job, int64(8*n))
+	lists := pipe.HMGet(ctx, s.stateKey(job), "running", "ended")
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("slotstore: reading the state of %s: %w", job, err)
+	}
+	var refs []string
+	seen := map[string]bool{}
+	for _, v := range lists.Val() {
+		list, _ := v.(string)
+		for _, ref := range strings.Fields(list) {
+			if !seen[ref] {
+				seen[ref] = true
+				refs = append(refs, ref)
+			}
+		}
+	}
+	found, ok, err := s.readRecords(ctx, job, refs)
 	if err != nil {
 		return nil, err
 	}
-	var refs []string // unix seconds, or a manual slot's reference
-	seen := map[string]bool{}
-	for _, ref := range running.Val() {
-		seen[ref] = true
-		refs = append(refs, ref)
-	}
-	ended := 0
-	for _, e := range entries {
-		ref := fmt.Sprint(e.Values["slot"])
-		if seen[ref] {
-			continue
-		}
-		if _, err := strconv.ParseInt(ref, 10, 64); err != nil && !strings.HasPrefix(ref, manualRef("")) {
-			continue
-		}
-		seen[ref] = true
-		refs = append(refs, ref)
-		if ended++; ended == n {
-			break
-		}
-	}
-	pipe = s.rdb.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(refs))
-	for i, ref := range refs {
-		if id, ok := strings.CutPrefix(ref, manualRef("")); ok {
-			cmds[i] = pipe.HGetAll(ctx, s.jobKey(job, "manual:"+id))
-		} else {
-			at, _ := strconv.ParseInt(ref, 10, 64)
-			cmds[i] = pipe.HGetAll(ctx, s.recordKey(job, at))
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("slotstore: reading the slot records of %s: %w", job, err)
-	}
 	var recs []slot.Record
-	for i, cmd := range cmds {
-		if h := cmd.Val(); len(h) > 0 {
-			at, _ := strconv.ParseInt(refs[i], 10, 64)
-			recs = append(recs, parseRecord(job, at, h))
+	for i, rec := range found {
+		if ok[i] {
+			recs = append(recs, rec)
 		}
 	}
-	slices.SortFunc(recs, func(a, b slot.Record) int { return b.Slot.Compare(a.Slot) })
+	slices.SortStableFunc(recs, func(a, b slot.Record) int { return b.Slot.Compare(a.Slot) })
 	return recs[:min(n, len(recs))], nil
-}
-
-func (s *Store) xrevrange(ctx context.Context, pipe redis.Pipeliner, job string, count int64) ([]redis.XMessage, error) {
-	cmd := pipe.XRevRangeN(ctx, s.runsKey(job), "+", "-", count)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("slotstore: history of %s: %w", job, err)
-	}
-	return cmd.Val(), nil
 }
 
 // Holder returns the replica whose run holds the job's lease, the slot of
@@ -173,72 +218,85 @@ func (s *Store) Holder(ctx context.Context, job string) (replica string, at time
 		return "", time.Time{}, 0, err
 	}
 	pipe := s.rdb.Pipeline()
-	g := pipe.Get(ctx, s.leaseKey(job, 0, false))
-	p := pipe.PTTL(ctx, s.leaseKey(job, 0, false))
+	now := pipe.Time(ctx)
+	lease := pipe.HGet(ctx, s.stateKey(job), "lease")
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return "", time.Time{}, 0, fmt.Errorf("slotstore: reading the lease of %s: %w", job, err)
 	}
-	if errors.Is(g.Err(), redis.Nil) {
+	v := lease.Val()
+	if v == "" {
 		return "", time.Time{}, 0, nil
 	}
-	_, rest, _ := strings.Cut(g.Val(), " ") // "<token> <slot> <replica>"
-	unixText, replica, ok := strings.Cut(rest, " ")
-	if strings.HasPrefix(unixText, manualRef("")) && ok { // a manual run holds the job: no slot time
-		return replica, time.Time{}, p.Val(), nil
-	}
-	unix, err := strconv.ParseInt(unixText, 10, 64)
+	// "<token> <ref> <until_ms> <replica>"
+	_, rest, _ := strings.Cut(v, " ")
+	ref, rest, _ := strings.Cut(rest, " ")
+	untilText, replica, ok := strings.Cut(rest, " ")
+	until, err := strconv.ParseInt(untilText, 10, 64)
 	if !ok || err != nil {
-		return "", time.Time{}, 0, fmt.Errorf("slotstore: the lease of %s is malformed: %q", job, g.Val())
+		return "", time.Time{}, 0, fmt.Errorf("slotstore: the lease of %s is malformed: %q", job, v)
 	}
-	return replica, time.Unix(unix, 0), p.Val(), nil
+	ttl = time.UnixMilli(until).Sub(now.Val())
+	if ttl <= 0 { // lapsed: no run holds the job
+		return "", time.Time{}, 0, nil
+	}
+	if strings.HasPrefix(ref, manualRef("")) { // a manual run holds the job: no slot time
+		return replica, time.Time{}, ttl, nil
+	}
+	unix, err := strconv.ParseInt(ref, 10, 64)
+	if err != nil {
+		return "", time.Time{}, 0, fmt.Errorf("slotstore: the lease of %s is malformed: %q", job, v)
+	}
+	return replica, time.Unix(unix, 0), ttl, nil
 }
 
-func parseRecord(job string, at int64, h map[string]string) slot.Record {
-	ms := func(k string) time.Time {
-		n, err := strconv.ParseInt(h[k], 10, 64)
-		if err != nil || n == 0 {
-			return time.Time{}
-		}
-		return time.UnixMilli(n)
-	}
-	attempt, _ := strconv.Atoi(h["attempt"])
-	fence, _ := strconv.ParseInt(h["fence"], 10, 64)
-	rec := slot.Record{
-		Job: job, Slot: time.Unix(at, 0), State: slot.State(h["state"]), Owner: h["owner"],
-		Attempt: attempt, Fence: fence, Started: ms("started"), Finished: ms("finished"), Error: h["error"], RunID: h["run_id"], Result: h["result"],
-	}
-	if h["kind"] == "manual" {
-		rec.Slot = ms("at")
-		rec.Manual = &slot.Manual{ID: strings.TrimPrefix(h["slot"], manualRef("")), By: h["by"], Note: h["note"]}
-	}
-	return rec
-}
-
-// Peek returns the state and owner of the record of each claim's slot (a
-// zero Record when it has none), in one round trip, changing nothing: a
-// plain read, far cheaper for Redis than a claim that finds a record.
+// Peek reads the records of the claims' slots (state and owner) in one
+// round trip, changing nothing: what a replica does before a hedged claim
+// or a takeover check, which most of the time settles it. A slot with no
+// record, or a protocol-1 record, reads as a zero Record (the claim then
+// decides). On a single server it is one MGET; otherwise one GET per slot.
 func (s *Store) Peek(ctx context.Context, claims []slot.Claim) ([]slot.Record, error) {
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(claims))
+	keys := make([]string, len(claims))
 	for i, c := range claims {
 		if err := checkJob(c.Job); err != nil {
 			return nil, err
 		}
-		_, record, _ := s.target(c, false)
-		cmds[i] = pipe.HMGet(ctx, record, "state", "owner")
+		_, keys[i] = s.target(c)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("slotstore: peeking at %d slot records: %w", len(claims), err)
+	vals := make([]any, len(claims))
+	pipe := s.rdb.Pipeline()
+	if s.topology == topoSingle {
+		cmd := pipe.MGet(ctx, keys...)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("slotstore: peeking at %d slot records: %w", len(claims), err)
+		}
+		copy(vals, cmd.Val())
+	} else {
+		cmds := make([]*redis.StringCmd, len(keys))
+		for i, k := range keys {
+			cmds[i] = pipe.Get(ctx, k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "WRONGTYPE") {
+			return nil, fmt.Errorf("slotstore: peeking at %d slot records: %w", len(claims), err)
+		}
+		for i, cmd := range cmds {
+			if v, err := cmd.Result(); err == nil {
+				vals[i] = v
+			}
+		}
 	}
 	out := make([]slot.Record, len(claims))
 	for i, c := range claims {
 		out[i] = slot.Record{Job: c.Job, Slot: c.Slot}
-		v := cmds[i].Val()
-		if len(v) == 2 {
-			st, _ := v[0].(string)
-			owner, _ := v[1].(string)
-			out[i].State, out[i].Owner = slot.State(st), owner
+		v, _ := vals[i].(string)
+		if v == "" {
+			continue
 		}
+		// "<state> <fence> ..." and the owner, the first text field.
+		r, err := parseRaw(v)
+		if err != nil {
+			continue // the claim decides
+		}
+		out[i].State, out[i].Owner = slot.State(r.state), r.owner
 	}
 	return out, nil
 }

@@ -22,28 +22,23 @@ type Client interface {
 	Pipeline() redis.Pipeliner
 }
 
-// Store is the slot protocol on Redis. Each job has, under one hash tag, so
-// that every script touches one cluster slot:
+// Store is the slot protocol on Redis (Protocol 2). Each job has, under one
+// hash tag, so that every script touches one cluster slot:
 //
-//	<prefix>:{<job>}:slot:<unix>   the slot record (hash), kept for the retention
-//	<prefix>:{<job>}:lease         the job's lease (string: "<token> <slot> <replica>")
-//	<prefix>:{<job>}:lease:<unix>  a slot's own lease, when overlap is allowed
-//	<prefix>:{<job>}:fence         the fencing-token counter
-//	<prefix>:{<job>}:runs          the run history (stream, capped)
-//	<prefix>:{<job>}:last          the latest slot that has a record (a sorted set)
-//	<prefix>:{<job>}:running       the slots whose records are running (a sorted set)
-//	<prefix>:{<job>}:manual:<id>   a manual slot's record (hash), kept for the retention
-//	<prefix>:{<job>}:lease:m:<id>  a manual slot's own lease, when overlap is allowed
+//	<prefix>:{<job>}:slot:<unix>   a slot's record (a string, see record.go), kept for the retention
+//	<prefix>:{<job>}:manual:<id>   a manual slot's record, the same
+//	<prefix>:{<job>}:state         the job's state (a hash): its lease (and its
+//	                               slots' own, when overlap is allowed), fence,
+//	                               high-water mark, running and ended slots, pause
 //
 // A slot starts at most once: the claim script writes its record, and no
 // finish ever deletes it. All times that decide anything (deadlines, record
-// stamps) are Redis's, from TIME inside the scripts. A Store is safe for
-// concurrent use.
+// stamps, leases) are Redis's, from TIME inside the scripts. A Store is safe
+// for concurrent use.
 type Store struct {
-	rdb        Client
-	prefix     string
-	maxHistory int
-	topology   topology
+	rdb      Client
+	prefix   string
+	topology topology
 
 	waitReplicas int           // WithWaitReplicas: acknowledgements a claim batch waits for
 	waitTimeout  time.Duration // and for how long
@@ -82,8 +77,13 @@ const (
 	topoSeparate                 // an unknown client (Ring, a wrapper): one call per claim
 )
 
-// historyLen is the approximate length of each job's run history.
-const historyLen = 1000
+// Protocol is the version of the slot protocol this package speaks, which
+// every replica publishes in the registry. Protocol 1 (slotcron before
+// records became strings) kept a hash per record and a key per job for each
+// of the lease, fence, high-water mark, running set, history and pause.
+// Replicas of different protocols must not claim side by side: see
+// slot.Registry.Protocol.
+const Protocol = 2
 
 // New returns the slot protocol on rdb with keys under prefix. It sends
 // nothing. The prefix must be non-empty and free of '{' and '}'.
@@ -98,7 +98,7 @@ func New(rdb Client, prefix string, opts ...Option) (*Store, error) {
 	case *redis.ClusterClient:
 		t = topoCluster
 	}
-	s := &Store{rdb: rdb, prefix: prefix, maxHistory: historyLen, topology: t}
+	s := &Store{rdb: rdb, prefix: prefix, topology: t}
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
 			return nil, err
@@ -116,45 +116,47 @@ func (s *Store) Prefix() string { return s.prefix }
 // The keys of a job, each built in one allocation.
 func (s *Store) jobKey(job, suffix string) string { return s.prefix + ":{" + job + "}:" + suffix }
 
-func (s *Store) slotKey(job, kind string, slot int64) string {
-	if kind == "slot:" {
-		return RecordKey(s.prefix, job, time.Unix(slot, 0))
-	}
-	var n [20]byte
-	return s.prefix + ":{" + job + "}:" + kind + string(strconv.AppendInt(n[:0], slot, 10))
+func (s *Store) recordKey(job string, slot int64) string {
+	return RecordKey(s.prefix, job, time.Unix(slot, 0))
 }
 
-func (s *Store) recordKey(job string, slot int64) string { return s.slotKey(job, "slot:", slot) }
-
-// RecordKey returns the key of a slot's record under prefix: a hash whose
-// fields include token, fence and state. It shares the job's hash tag
-// ({<job>}), so a script of a job's own, with keys under the same tag, can
-// check in the same call as its write that the run still owns its slot: that
-// the record's fence is the run's (jobs.Run.Fence) and its state is
-// "running". A taken-over or abandoned slot's record has another fence, so a
-// paused former owner's late write is refused. The lottery example does this.
+// RecordKey returns the key of a slot's record under prefix: a string whose
+// first two words are the record's state and fence (see record.go for the
+// rest). It shares the job's hash tag ({<job>}), so a script of a job's own,
+// with keys under the same tag, can check in the same call as its write that
+// the run still owns its slot: that the record's fence is the run's
+// (jobs.Run.Fence) and its state is "running":
+//
+//	local state, fence = string.match(redis.call('GET', KEYS[n]) or '', '^(%S+) (%S+) ')
+//
+// A taken-over or abandoned slot's record has another fence, so a paused
+// former owner's late write is refused. The lottery example does this.
 func RecordKey(prefix, job string, slot time.Time) string {
 	var n [20]byte
 	return prefix + ":{" + job + "}:slot:" + string(strconv.AppendInt(n[:0], slot.Unix(), 10))
 }
 
 // ManualRef is how the protocol refers to a manual slot where it refers to a
-// scheduled slot by its unix second: in leases, running sets and histories.
+// scheduled slot by its unix second: in leases, records and the job state's
+// lists.
 func manualRef(id string) string { return "m:" + id }
 
 // target returns the claim's slot as the scripts name it (unix seconds, or a
-// manual slot's reference), its record's key and its lease's key.
-func (s *Store) target(c slot.Claim, allowOverlap bool) (ref, record, lease string) {
+// manual slot's reference) and its record's key.
+func (s *Store) target(c slot.Claim) (ref, record string) {
 	if c.Manual != nil {
-		ref = manualRef(c.Manual.ID)
-		lease = s.jobKey(c.Job, "lease")
-		if allowOverlap {
-			lease = s.jobKey(c.Job, "lease:"+ref)
-		}
-		return ref, s.jobKey(c.Job, "manual:"+c.Manual.ID), lease
+		return manualRef(c.Manual.ID), s.jobKey(c.Job, "manual:"+c.Manual.ID)
 	}
 	at := c.Slot.Unix()
-	return strconv.FormatInt(at, 10), s.recordKey(c.Job, at), s.leaseKey(c.Job, at, allowOverlap)
+	return strconv.FormatInt(at, 10), s.recordKey(c.Job, at)
+}
+
+// refKey is the record key of a slot by its ref.
+func (s *Store) refKey(job, ref string) string {
+	if id, ok := strings.CutPrefix(ref, manualRef("")); ok {
+		return s.jobKey(job, "manual:"+id)
+	}
+	return s.jobKey(job, "slot:"+ref)
 }
 
 // RecordKeyOf returns the key of the record of the slot a run is for under
@@ -168,20 +170,18 @@ func RecordKeyOf(prefix string, run jobs.Run) string {
 	return RecordKey(prefix, run.Job, run.Slot)
 }
 
-func (s *Store) leaseKey(job string, slot int64, allowOverlap bool) string {
-	if allowOverlap {
-		return s.slotKey(job, "lease:", slot)
-	}
-	return s.jobKey(job, "lease")
-}
+func (s *Store) stateKey(job string) string { return s.jobKey(job, "state") }
 
-func (s *Store) fenceKey(job string) string  { return s.jobKey(job, "fence") }
-func (s *Store) runsKey(job string) string   { return s.jobKey(job, "runs") }
-func (s *Store) lastKey(job string) string   { return s.jobKey(job, "last") }
-func (s *Store) pausedKey(job string) string { return s.jobKey(job, "paused") }
-func (s *Store) runningKey(job string) string {
-	return s.jobKey(job, "running")
-}
+// The keys of protocol 1, which JobStates reads in (jobstates.lua) and Pause
+// keeps in step, for replicas of the older version while a deployment
+// upgrades.
+func (s *Store) v1LeaseKey(job string) string          { return s.jobKey(job, "lease") }
+func (s *Store) v1SlotLeaseKey(job, ref string) string { return s.jobKey(job, "lease:"+ref) }
+func (s *Store) v1FenceKey(job string) string          { return s.jobKey(job, "fence") }
+func (s *Store) v1RunsKey(job string) string           { return s.jobKey(job, "runs") }
+func (s *Store) v1LastKey(job string) string           { return s.jobKey(job, "last") }
+func (s *Store) v1RunningKey(job string) string        { return s.jobKey(job, "running") }
+func (s *Store) v1PausedKey(job string) string         { return s.jobKey(job, "paused") }
 
 func checkJob(job string) error {
 	if job == "" || strings.ContainsAny(job, "{}") {

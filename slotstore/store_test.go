@@ -128,20 +128,19 @@ func TestSlotOneWinnerAmongReplicas(t *testing.T) {
 // behind it: the answer is lost, to itself, running, for a takeover to settle.
 func TestSlotClaimRetryIsRecognised(t *testing.T) {
 	_, rdb, s := newSlots(t)
-	ctx := context.Background()
 	c := live("j", time.Unix(1_700_001_000, 0), "r1")
 	c.Token = "tok-1"
 	first := claimOne(t, s, c)
-	rdb.PExpire(ctx, s.Prefix()+":{j}:lease", 50*time.Millisecond) // time passes while the reply is lost
+	lapse(t, rdb, s, "j", "lease") // time passes while the reply is lost
 	again := claimOne(t, s, c)
 	if first.Outcome != slot.OutcomeWon || again.Outcome != slot.OutcomeWon || again.Fence != first.Fence || again.Lease.Token() != "tok-1" {
 		t.Fatalf("claim %+v, then the same claim again %+v: want won twice with one fence and the claim's token", first, again)
 	}
-	if ttl := rdb.PTTL(ctx, s.Prefix()+":{j}:lease").Val(); ttl < 4*time.Second {
+	if ttl := leaseTTL(t, rdb, s, "j", "lease"); ttl < 4*time.Second {
 		t.Fatalf("the retried claim left its lease %v to live, want its TTL (5s) back", ttl)
 	}
 	// Another run takes the job's lease (the first one's lapsed).
-	rdb.Del(ctx, s.Prefix()+":{j}:lease")
+	lapse(t, rdb, s, "j", "lease")
 	other := claimOne(t, s, live("j", time.Unix(1_700_001_001, 0), "r2"))
 	if other.Outcome != slot.OutcomeWon {
 		t.Fatalf("the next slot: %+v", other)
@@ -191,11 +190,8 @@ func TestFencesSurviveDataLoss(t *testing.T) {
 // every claim a fence above the last, one more each time.
 func TestFenceAboveTheClock(t *testing.T) {
 	_, rdb, s := newSlots(t)
-	ctx := context.Background()
 	ahead := time.Now().Add(time.Hour).UnixMicro()
-	if err := rdb.Set(ctx, s.Prefix()+":{ahead}:fence", ahead, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	setFence(t, rdb, s, "ahead", ahead)
 	for i := range int64(3) {
 		r := claimOne(t, s, live("ahead", time.Unix(1_700_002_100+i, 0), "r1"))
 		if r.Outcome != slot.OutcomeWon || r.Fence != ahead+1+i {
@@ -204,9 +200,7 @@ func TestFenceAboveTheClock(t *testing.T) {
 		finish(s, r.Lease, slot.StateDone, "")
 	}
 	// And once the clock is past the counter, the clock's time again.
-	if err := rdb.Set(ctx, s.Prefix()+":{ahead}:fence", 5, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	setFence(t, rdb, s, "ahead", 5)
 	before := time.Now().UnixMicro()
 	r := claimOne(t, s, live("ahead", time.Unix(1_700_002_200, 0), "r1"))
 	if r.Outcome != slot.OutcomeWon || r.Fence < before-int64(time.Second/time.Microsecond) || r.Fence > time.Now().Add(time.Second).UnixMicro() {
@@ -370,7 +364,7 @@ func TestSlotFinishedStaysClosed(t *testing.T) {
 		t.Fatalf("record %+v", rec)
 	}
 	// The lease went with the finish; the record stays for the retention.
-	ttl := rdb.PTTL(ctx, s.Prefix()+":{fast}:slot:1700000060").Val()
+	ttl := rdb.PTTL(ctx, slotstore.RecordKey(s.Prefix(), "fast", at)).Val()
 	if ttl < 59*time.Minute {
 		t.Fatalf("record TTL %v, want the 1h retention", ttl)
 	}
@@ -532,23 +526,16 @@ func TestSlotClaimMixedBatch(t *testing.T) {
 	if res[5].Holder != "r1" || res[5].Fence != res[1].Fence {
 		t.Fatalf("the second claim of long in the batch: %+v, want lost to the first (fence %d)", res[5], res[1].Fence)
 	}
-	ttl := func(key string) time.Duration {
-		d, err := rdb.PTTL(ctx, key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
 	for _, c := range []struct {
-		key      string
-		min, max time.Duration
+		job, field string
+		min, max   time.Duration
 	}{
-		{s.Prefix() + ":{short}:lease", time.Second, 2 * time.Second},
-		{s.Prefix() + ":{long}:lease", 39 * time.Second, 40 * time.Second},
-		{s.Prefix() + ":{par}:lease:1700000300", 19 * time.Second, 20 * time.Second},
+		{"short", "lease", time.Second, 2 * time.Second},
+		{"long", "lease", 39 * time.Second, 40 * time.Second},
+		{"par", "lease:1700000300", 19 * time.Second, 20 * time.Second},
 	} {
-		if d := ttl(c.key); d < c.min || d > c.max {
-			t.Errorf("%s has TTL %v, want %v..%v", c.key, d, c.min, c.max)
+		if d := leaseTTL(t, rdb, s, c.job, c.field); d < c.min || d > c.max {
+			t.Errorf("the %s of %s has %v left, want %v..%v", c.field, c.job, d, c.min, c.max)
 		}
 	}
 	if rec, _, _ := s.Record(ctx, "gone", at); rec.State != slot.StateMissed || rec.Error != "everyone was down" {
@@ -596,7 +583,7 @@ func TestSlotRenewDetectsLoss(t *testing.T) {
 	if err := r.Lease.Context().Err(); err != nil {
 		t.Fatalf("renewed lease ended: %v", context.Cause(r.Lease.Context()))
 	}
-	rdb.Del(ctx, s.Prefix()+":{renewed}:lease")
+	dropLease(t, rdb, s, "renewed", "lease")
 	errs := s.Renew(ctx, []slot.Lease{r.Lease})
 	if !errors.Is(errs[0], slot.ErrLeaseLost) || !errors.Is(context.Cause(r.Lease.Context()), slot.ErrLeaseLost) {
 		t.Fatalf("renew of a deleted lease: %v; cause %v", errs[0], context.Cause(r.Lease.Context()))
@@ -622,7 +609,7 @@ func TestSlotTakeoverRetry(t *testing.T) {
 	if r := claimOne(t, s, takeover("retried", at, "r2", true, 3)); r.Outcome != slot.OutcomeAlive || r.Wait <= 0 {
 		t.Fatalf("takeover while the owner holds its lease: %+v", r)
 	}
-	rdb.Del(ctx, s.Prefix()+":{retried}:lease") // the owner's lease expires
+	lapse(t, rdb, s, "retried", "lease") // the owner's lease expires
 	second := claimOne(t, s, takeover("retried", at, "r2", true, 3))
 	if second.Outcome != slot.OutcomeWon || second.Attempt != 2 || second.Fence <= first.Fence {
 		t.Fatalf("takeover: %+v (first fence %d)", second, first.Fence)
@@ -657,10 +644,9 @@ func TestSlotTakeoverRetry(t *testing.T) {
 // reply: the takeover failed instead of waiting.
 func TestSlotTakeoverBusyNamesTheHolder(t *testing.T) {
 	_, rdb, s := newSlots(t)
-	ctx := context.Background()
 	dead, later := time.Unix(1_700_000_550, 0), time.Unix(1_700_000_551, 0)
 	claimOne(t, s, live("busy", dead, "dies"))
-	rdb.Del(ctx, s.Prefix()+":{busy}:lease") // the owner's lease expires
+	lapse(t, rdb, s, "busy", "lease") // the owner's lease expires
 	if r := claimOne(t, s, live("busy", later, "r3")); r.Outcome != slot.OutcomeWon {
 		t.Fatalf("the later slot: %+v", r)
 	}
@@ -687,14 +673,14 @@ func TestTakeoverFollowsTheOwnersLease(t *testing.T) {
 		t.Fatalf("takeover by a replica with another overlap setting, while the owner holds its lease: %+v, want alive", r)
 	}
 	// The owner pauses past its TTL; its lease expires; the slot is taken over.
-	rdb.Del(ctx, s.Prefix()+":{deploy}:lease")
+	lapse(t, rdb, s, "deploy", "lease")
 	second := claimOne(t, s, check)
 	if second.Outcome != slot.OutcomeWon || second.Attempt != 2 {
 		t.Fatalf("takeover once the owner's lease is gone: %+v", second)
 	}
 	// The old owner wakes up and renews: even if it finds a lease of its own
 	// token somewhere, the record is no longer its own.
-	rdb.Set(ctx, s.Prefix()+":{deploy}:lease", first.Lease.Token()+" 1700000520 old", time.Minute)
+	setLease(t, rdb, s, "deploy", "lease", first.Lease.Token(), "1700000520", "old", time.Minute)
 	if errs := s.Renew(ctx, []slot.Lease{first.Lease}); !errors.Is(errs[0], slot.ErrLeaseLost) {
 		t.Fatalf("old owner's renewal after the takeover: %v, want ErrLeaseLost", errs[0])
 	}
@@ -703,7 +689,7 @@ func TestTakeoverFollowsTheOwnersLease(t *testing.T) {
 	}
 	// The new attempt holds the lease the record names (the job's), so it
 	// renews once that lease holds its token again.
-	rdb.Set(ctx, s.Prefix()+":{deploy}:lease", second.Lease.Token()+" 1700000520 new", time.Minute)
+	setLease(t, rdb, s, "deploy", "lease", second.Lease.Token(), "1700000520", "new", time.Minute)
 	if errs := s.Renew(ctx, []slot.Lease{second.Lease}); errs[0] != nil {
 		t.Fatalf("attempt 2's renewal: %v", errs[0])
 	}
@@ -717,7 +703,7 @@ func TestAbandonRaisesTheFence(t *testing.T) {
 	ctx := context.Background()
 	at := time.Unix(1_700_000_530, 0)
 	first := claimOne(t, s, live("zombie", at, "dies"))
-	rdb.Del(ctx, s.Prefix()+":{zombie}:lease")
+	lapse(t, rdb, s, "zombie", "lease")
 	if r := claimOne(t, s, takeover("zombie", at, "r2", false, 1)); r.Outcome != slot.OutcomeAbandoned {
 		t.Fatalf("takeover: %+v, want abandoned", r)
 	}
@@ -736,7 +722,7 @@ func TestSlotTakeoverAbandon(t *testing.T) {
 	ctx := context.Background()
 	at := time.Unix(1_700_000_600, 0)
 	claimOne(t, s, live("once", at, "dies"))
-	rdb.Del(ctx, s.Prefix()+":{once}:lease")
+	lapse(t, rdb, s, "once", "lease")
 	r := claimOne(t, s, takeover("once", at, "r2", false, 3))
 	if r.Outcome != slot.OutcomeAbandoned || r.Holder != "dies" {
 		t.Fatalf("%+v", r)
@@ -748,7 +734,7 @@ func TestSlotTakeoverAbandon(t *testing.T) {
 	// Retry policy at the attempt limit abandons too.
 	slot2 := at.Add(time.Second)
 	claimOne(t, s, live("once", slot2, "dies"))
-	rdb.Del(ctx, s.Prefix()+":{once}:lease")
+	lapse(t, rdb, s, "once", "lease")
 	if r := claimOne(t, s, takeover("once", slot2, "r2", true, 1)); r.Outcome != slot.OutcomeAbandoned {
 		t.Fatalf("retry at max_attempts 1: %+v", r)
 	}
@@ -919,9 +905,7 @@ func TestRunIDs(t *testing.T) {
 	}
 
 	// The owner's lease lapses; a takeover runs attempt 2 under its own ID.
-	if err := rdb.Del(ctx, s.Prefix()+":{ids2}:lease").Err(); err != nil {
-		t.Fatal(err)
-	}
+	lapse(t, rdb, s, "ids2", "lease")
 	second := claimOne(t, s, takeover("ids2", at, "r2", true, 3))
 	if second.Outcome != slot.OutcomeWon || second.Lease.RunID() == "" || second.Lease.RunID() == id.String() {
 		t.Fatalf("takeover: %+v, run ID %q (first %s)", second, second.Lease.RunID(), id)

@@ -1,58 +1,77 @@
 -- finish: record how runs ended and free their leases. A record is kept
 -- for the retention, never deleted, so a finished slot stays closed. One call
--- finishes any number of runs, each on its own, in order.
+-- finishes any number of runs, each on its own, in order. record_lib.lua,
+-- prepended, has the record's format and the job state's fields.
 --
--- KEYS     4 per run, run i at KEYS[4*(i-1)+1 .. 4*(i-1)+4]:
---   +1  the slot record
---   +2  the lease: a string "<token> <slot> <replica>"
---   +3  the job's run history stream
---   +4  the job's running slots (a sorted set): the slot leaves it
--- ARGV[1]  the history's approximate maximum length
--- ARGV     then 6 per run, run i from ARGV[1+6*(i-1)+1]:
+-- A run whose lease in the job's state still holds its token, unexpired,
+-- owns its record: no takeover or abandon touches a slot whose owner holds
+-- its lease. Only when it does not is the record read, to see whether the
+-- run still owns it.
+--
+-- KEYS     2 per run, run i at KEYS[2*i-1], KEYS[2*i]:
+--   +1  the slot record (a string)
+--   +2  the job's state (a hash): the run's lease, running and ended lists
+-- ARGV     6 per run, run i from ARGV[6*(i-1)+1]:
 --   +1  the run's token
---   +2  the final state: "done", "failed" or "abandoned"
---   +3  the error text ("" for none)
---   +4  the record's retention, ms
---   +5  the replica ID
---   +6  the run's result ("" for none)
+--   +2  the slot's ref (unix seconds, or "m:<id>")
+--   +3  the lease the run holds: "job" (the job's), or "slot" (its own)
+--   +4  the final record up to its finished time: "<state> <fence> <attempt> <started> "
+--   +5  the final record after its finished time: " <at> <lease> ..." to the end
+--   +6  the record's retention, ms
 --
 -- Returns one reply per run, in order:
 --   {1}         the record was this run's and now holds the final state (a
 --               retried finish of the same state also answers {1})
 --   {0, state}  the record is no longer this run's, or no longer running
---               (taken over, or recorded abandoned by another replica):
---               nothing changes
-local maxlen = ARGV[1]
+--               (taken over, or recorded abandoned by another replica; "gone"
+--               when it has expired or Redis lost it): nothing changes
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local function finish(rec, lease, runs, running, token, state, err, retention, replica, result)
-  local r = redis.call('HMGET', rec, 'token', 'state', 'slot', 'attempt')
-  local cur = r[2] or 'gone'
-  if r[1] ~= token then
-    return {0, cur}
+local function finish(rec, st, token, ref, kind, head, tail, retention)
+  local lf = 'lease'
+  if kind == 'slot' then
+    lf = 'lease:' .. ref
   end
-  if cur ~= 'running' then
-    if cur == state then
-      return {1}
+  local j = redis.call('HMGET', st, lf, 'running', 'ended')
+  local ltok, _, luntil = lease_of(j[1])
+  if ltok ~= token or luntil <= now then -- the lease proves nothing: the record decides
+    local v = redis.pcall('GET', rec)
+    if type(v) == 'table' then -- a protocol-1 record: not this run's
+      return {0, redis.call('HGET', rec, 'state') or 'gone'}
     end
-    return {0, cur}
+    if not v then
+      return {0, 'gone'}
+    end
+    local state, rtok = string.match(v, '^(%S+) %S+ %S+ %S+ %S+ %S+ %S+ (%S+) ')
+    if rtok ~= token then
+      return {0, state or 'gone'}
+    end
+    if state ~= 'running' then
+      if state == string.match(head, '^(%S+)') then
+        return {1}
+      end
+      return {0, state}
+    end
   end
-  redis.call('HSET', rec, 'state', state, 'finished', now, 'error', err, 'result', result)
-  redis.call('PEXPIRE', rec, retention)
-  redis.call('ZREM', running, r[3])
-  local v = redis.call('GET', lease)
-  if v and string.sub(v, 1, #token + 1) == token .. ' ' then
-    redis.call('DEL', lease)
+  redis.call('SET', rec, head .. now .. tail, 'PX', retention)
+  local running, ended = without(j[2], ref), ended_with(j[3], ref)
+  if kind == 'slot' then
+    redis.call('HSET', st, 'running', running, 'ended', ended)
+    if ltok == token then
+      redis.call('HDEL', st, lf)
+    end
+  elseif ltok == token then
+    redis.call('HSET', st, 'lease', '', 'running', running, 'ended', ended)
+  else
+    redis.call('HSET', st, 'running', running, 'ended', ended)
   end
-  redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', r[3], 'event', state,
-    'replica', replica, 'attempt', r[4], 'error', err)
   return {1}
 end
 
 local out = {}
-for i = 1, #KEYS / 4 do
-  local k, a = 4 * (i - 1), 1 + 6 * (i - 1)
-  out[i] = finish(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+for i = 1, #KEYS / 2 do
+  local a = 6 * (i - 1)
+  out[i] = finish(KEYS[2 * i - 1], KEYS[2 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
 end
 return out

@@ -1,8 +1,12 @@
--- pause: pause a job, or resume it. While a job's pause key exists, claim.lua
--- records each of its slots paused, with the note, and runs none. The pause
--- is stamped with Redis's clock, so every replica and status read one time.
+-- pause: pause a job, or resume it. While a job's state holds a pause,
+-- claim.lua records each of its slots paused, with the note, and runs none.
+-- The pause is stamped with Redis's clock, so every replica and status read
+-- one time. It is written to the protocol-1 pause key too, which replicas of
+-- an older version read, so that a pause reaches them while a deployment
+-- upgrades.
 --
--- KEYS[1]  the job's pause: a hash (note, by, at: ms on Redis's clock)
+-- KEYS[1]  the job's state: a hash (paused_by, paused_note, paused_at)
+-- KEYS[2]  the job's protocol-1 pause: a hash (note, by, at)
 -- ARGV[1]  "pause" or "resume"
 -- ARGV[2]  pause: the note
 -- ARGV[3]  pause: who asked (user@host)
@@ -10,9 +14,16 @@
 -- Returns 1 when the job's state changed (it was running and is paused, or
 -- was paused and runs again; a pause that stands gets the new note), else 0
 if ARGV[1] == 'resume' then
-  return redis.call('DEL', KEYS[1])
+  local n = redis.call('HDEL', KEYS[1], 'paused_by', 'paused_note', 'paused_at')
+  local m = redis.call('DEL', KEYS[2])
+  if n + m > 0 then
+    return 1
+  end
+  return 0
 end
 local t = redis.call('TIME')
-local existed = redis.call('EXISTS', KEYS[1])
-redis.call('HSET', KEYS[1], 'note', ARGV[2], 'by', ARGV[3], 'at', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local existed = redis.call('HEXISTS', KEYS[1], 'paused_by')
+redis.call('HSET', KEYS[1], 'paused_by', ARGV[3], 'paused_note', ARGV[2], 'paused_at', at)
+redis.call('HSET', KEYS[2], 'note', ARGV[2], 'by', ARGV[3], 'at', at)
 return 1 - existed

@@ -1,13 +1,17 @@
 -- renew: keep a running slot's lease (and its record) alive, if the run still
 -- owns the slot. The record is checked first: a slot taken over (another
--- attempt's token) or abandoned is no longer the run's, whatever its lease
--- key says, so its owner learns on its next renewal.
+-- attempt's token) or abandoned is no longer the run's, whatever the job's
+-- state says, so its owner learns on its next renewal. record_lib.lua,
+-- prepended, has the job state's lease.
 --
--- KEYS[1]  the lease: a string "<token> <slot> <replica>"
--- KEYS[2]  the slot record
+-- KEYS[1]  the job's state (a hash): the lease field
+-- KEYS[2]  the slot record (a string)
 -- ARGV[1]  the run's token
--- ARGV[2]  the lease TTL, ms
--- ARGV[3]  the record's retention, ms (a run longer than it keeps its record)
+-- ARGV[2]  the slot's ref (unix seconds, or "m:<id>")
+-- ARGV[3]  the lease the run holds: "job" (the job's) or "slot" (its own)
+-- ARGV[4]  the lease TTL, ms
+-- ARGV[5]  the record's retention, ms (a run longer than it keeps its record)
+-- ARGV[6]  the replica ID
 --
 -- Returns  1  renewed: the record and the lease are the run's; the lease has
 --             its full TTL again
@@ -16,17 +20,27 @@
 --         -2  the record is gone: Redis lost data (a restart without
 --             persistence, or a failover)
 -- Nothing changes unless it returns 1.
-local r = redis.call('HMGET', KEYS[2], 'token', 'state')
-if not r[2] then
-  return -2
-end
-if r[1] ~= ARGV[1] or r[2] ~= 'running' then
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local v = redis.pcall('GET', KEYS[2])
+if type(v) == 'table' then -- a protocol-1 record: not this run's
   return -1
 end
-local v = redis.call('GET', KEYS[1])
-if not v or string.sub(v, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ' then
+if not v then
+  return -2
+end
+local state, rtok = string.match(v, '^(%S+) %S+ %S+ %S+ %S+ %S+ %S+ (%S+) ')
+if rtok ~= ARGV[1] or state ~= 'running' then
+  return -1
+end
+local lf = 'lease'
+if ARGV[3] == 'slot' then
+  lf = 'lease:' .. ARGV[2]
+end
+local ltok, _, luntil = lease_of(redis.call('HGET', KEYS[1], lf))
+if ltok ~= ARGV[1] or luntil <= now then
   return 0
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('HSET', KEYS[1], lf, ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. (now + tonumber(ARGV[4])) .. ' ' .. ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return 1

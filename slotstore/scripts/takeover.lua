@@ -4,20 +4,16 @@
 -- with a new fence too, so that the record's fence is no longer the lost
 -- owner's. The owner is judged by the lease its record names, whatever the
 -- caller's own overlap setting (replicas may disagree mid-deploy). One call
--- settles any number of slots, each on its own, in order.
+-- settles any number of slots, each on its own, in order. record_lib.lua,
+-- prepended, has the record's format and the job state's fields.
 --
--- KEYS     6 per slot, slot i at KEYS[6*(i-1)+1 .. 6*(i-1)+6]:
---   +1  the slot record (its "lease" field names +2 or +3)
---   +2  the job's lease: a string "<token> <slot> <replica>"
---   +3  the slot's own lease (overlap allowed), same shape
---   +4  the job's fence counter (see fence_lib.lua)
---   +5  the job's run history stream
---   +6  the job's running slots (a sorted set): a settled slot leaves it
+-- KEYS     2 per slot, slot i at KEYS[2*i-1], KEYS[2*i]:
+--   +1  the slot record (a string; its lease word names the lease)
+--   +2  the job's state (a hash): the leases, fence, running and ended lists
 -- ARGV[1]  the replica ID
--- ARGV[2]  the history's approximate maximum length
--- ARGV     then 7 per slot, slot i from ARGV[2+7*(i-1)+1]:
+-- ARGV     then 7 per slot, slot i from ARGV[1+7*(i-1)+1]:
 --   +1  the token for the new attempt
---   +2  the slot, unix seconds, or a manual slot's reference "m:<id>"
+--   +2  the slot's ref: unix seconds, or a manual slot's "m:<id>"
 --   +3  the lease TTL, ms
 --   +4  the record's retention, ms
 --   +5  "retry" or "abandon"
@@ -25,74 +21,90 @@
 --   +7  the new attempt's run ID (a UUIDv7)
 --
 -- Returns one reply per slot, in order, each one of
---   {"won", fence, attempt, lease, run_id} this replica runs attempt+1; lease is "job" or "slot"
---   {"alive", pttl}                        the owner still holds its lease (PTTL ms)
+--   {"won", fence, attempt, lease, run_id, started, at, by, note}
+--                                          this replica runs attempt+1; lease is "job" or
+--                                          "slot"; the rest is the record's (started: ms)
+--   {"alive", pttl}                        the owner still holds its lease (ms left)
 --   {"busy", holder, pttl, holder_slot}    "retry": another run (of holder_slot) holds the job's
 --                                          lease; try after pttl
 --   {"abandoned", owner, attempt, fence}   recorded abandoned, with a new fence
 --   {"closed", state, owner}               the slot is no longer running: nothing to do
 --   {"gone"}                               the slot has no record
-local replica, maxlen = ARGV[1], ARGV[2]
+local replica = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-local function settle(rec, joblease, slotlease, fence, runs, running, token, slot, ttl, retention, policy, limit, run_id)
-  local r = redis.call('HMGET', rec, 'state', 'token', 'owner', 'attempt', 'lease', 'run_id')
-  if r[1] == false then
-    redis.call('ZREM', running, slot)
+-- unlist takes a settled slot out of the job's running list.
+local function unlist(st, ref)
+  local running = redis.call('HGET', st, 'running')
+  if has(running, ref) then
+    redis.call('HSET', st, 'running', without(running, ref))
+  end
+end
+
+local function settle(rec, st, token, ref, ttl, retention, policy, limit, run_id)
+  local v = redis.pcall('GET', rec)
+  if type(v) == 'table' then -- a protocol-1 record, which jobstates.lua left as it was
+    local h = redis.call('HMGET', rec, 'state', 'owner')
+    unlist(st, ref)
+    return {'closed', h[1] or 'unknown', h[2] or ''}
+  end
+  if not v then
+    unlist(st, ref)
     return {'gone'}
   end
-  local state, rtok, owner, attempt = r[1], r[2] or '', r[3] or '', tonumber(r[4] or '1') or 1
-  if state ~= 'running' then
-    redis.call('ZREM', running, slot)
-    return {'closed', state, owner}
+  local r = parse(v)
+  if not r then
+    unlist(st, ref)
+    return {'closed', 'unknown', ''}
   end
-  local kind, lease = r[5] or 'job', joblease
-  if kind == 'slot' then
-    lease = slotlease
+  if r.state ~= 'running' then
+    unlist(st, ref)
+    return {'closed', r.state, r.owner}
   end
-  if rtok == token then -- a retried takeover of ours
-    return {'won', tonumber(redis.call('HGET', rec, 'fence')), attempt, kind, r[6] or run_id}
+  if r.token == token then -- a retried takeover of ours
+    return {'won', tonumber(r.fence), tonumber(r.attempt), r.lease, r.run_id, tonumber(r.started), tonumber(r.at), r.by, r.note}
   end
-  local v = redis.call('GET', lease)
-  local ltok, hslot, holder
-  if v then
-    ltok, hslot, holder = string.match(v, '^(%S+) (%S+) (.*)$')
+  local lf = 'lease'
+  if r.lease == 'slot' then
+    lf = 'lease:' .. ref
   end
-  if v and ltok == rtok then
-    return {'alive', redis.call('PTTL', lease)}
+  local j = redis.call('HMGET', st, lf, 'fence', 'running', 'ended')
+  local ltok, lref, luntil, lholder = lease_of(j[1])
+  if ltok == r.token and luntil > now then
+    return {'alive', luntil - now}
   end
-  local f = next_fence(fence, now_us)
+  local attempt = tonumber(r.attempt) or 1
   if policy == 'retry' and attempt < tonumber(limit) then
-    if v then
-      return {'busy', holder or '', redis.call('PTTL', lease), hslot or ''}
+    if ltok and luntil > now then
+      return {'busy', lholder, luntil - now, lref}
     end
-    redis.call('HSET', rec, 'owner', replica, 'token', token, 'attempt', attempt + 1, 'run_id', run_id,
-      'fence', string.format('%.0f', f), 'started', now, 'error', 'attempt ' .. attempt .. ' on ' .. owner .. ' lost its lease')
-    redis.call('PEXPIRE', rec, retention)
-    redis.call('SET', lease, token .. ' ' .. slot .. ' ' .. replica, 'PX', ttl)
-    redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', 'takeover',
-      'replica', replica, 'attempt', tostring(attempt + 1), 'fence', string.format('%.0f', f), 'previous', owner,
-      'run_id', run_id)
-    return {'won', f, attempt + 1, kind, run_id}
+    local f = next_fence(j[2], now_us)
+    local fs = string.format('%.0f', f)
+    redis.call('SET', rec, record('running', fs, attempt + 1, now, 0, r.at, r.lease, token, run_id, ref, replica,
+      'attempt ' .. attempt .. ' on ' .. r.owner .. ' lost its lease', '', r.by, r.note), 'PX', retention)
+    redis.call('HSET', st, lf, token .. ' ' .. ref .. ' ' .. (now + tonumber(ttl)) .. ' ' .. replica, 'fence', fs)
+    return {'won', f, attempt + 1, r.lease, run_id, now, tonumber(r.at), r.by, r.note}
   end
-  local why = 'owner ' .. owner .. ' lost its lease during attempt ' .. attempt
+  local f = next_fence(j[2], now_us)
+  local fs = string.format('%.0f', f)
+  local why = 'owner ' .. r.owner .. ' lost its lease during attempt ' .. attempt
   if policy == 'retry' then
     why = why .. ', the last of ' .. limit
   end
-  redis.call('HSET', rec, 'state', 'abandoned', 'fence', string.format('%.0f', f), 'finished', now, 'error', why)
-  redis.call('PEXPIRE', rec, retention)
-  redis.call('ZREM', running, slot)
-  redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'slot', slot, 'event', 'abandoned',
-    'replica', replica, 'attempt', tostring(attempt), 'fence', string.format('%.0f', f), 'error', why)
-  return {'abandoned', owner, attempt, f}
+  redis.call('SET', rec, record('abandoned', fs, attempt, r.started, now, r.at, r.lease, r.token, r.run_id, ref, r.owner,
+    why, r.result, r.by, r.note), 'PX', retention)
+  redis.call('HSET', st, 'fence', fs, 'running', without(j[3], ref), 'ended', ended_with(j[4], ref))
+  if r.lease == 'slot' and ltok then -- its own lease, lapsed
+    redis.call('HDEL', st, lf)
+  end
+  return {'abandoned', r.owner, attempt, f}
 end
 
 local out = {}
-for i = 1, #KEYS / 6 do
-  local k, a = 6 * (i - 1), 2 + 7 * (i - 1)
-  out[i] = settle(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6],
-    ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7])
+for i = 1, #KEYS / 2 do
+  local a = 1 + 7 * (i - 1)
+  out[i] = settle(KEYS[2 * i - 1], KEYS[2 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7])
 end
 return out

@@ -47,9 +47,10 @@ func (w *world) claim(kind slot.Kind, at time.Time, replica string, retry bool) 
 	return res[0]
 }
 
-// ownerGone lets the job's lease expire, as when its owner pauses past its TTL.
+// ownerGone lets the job's lease go, as when its owner pauses past its TTL:
+// the lease is a field of the job's state (a hash).
 func (w *world) ownerGone() {
-	w.rdb.Del(context.Background(), w.store.Prefix()+":{"+lottery.Name+"}:lease")
+	w.rdb.HDel(context.Background(), w.store.Prefix()+":{"+lottery.Name+"}:state", "lease")
 }
 
 func (w *world) draws() []lottery.Entry {

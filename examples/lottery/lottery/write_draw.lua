@@ -9,7 +9,8 @@
 -- KEYS[1]  the highest fence written so far (a string)
 -- KEYS[2]  the slot's draw: a hash (winners, replica, fence)
 -- KEYS[3]  every draw, one JSON line each (a list)
--- KEYS[4]  the slot's record in the scheduler's store (a hash: fence, state)
+-- KEYS[4]  the slot's record in the scheduler's store (a string that starts
+--          "<state> <fence> ": slotstore.RecordKey)
 -- ARGV[1]  the writer's fence
 -- ARGV[2]  the winners, comma-separated
 -- ARGV[3]  the writer's replica ID
@@ -21,9 +22,9 @@
 --         {"exists", fence}          the slot already has a draw (an earlier
 --                                    attempt wrote it): nothing changes
 local fence = ARGV[1]
-local rec = redis.call('HMGET', KEYS[4], 'fence', 'state')
-if rec[1] ~= fence or rec[2] ~= 'running' then
-  return {'stale', 'the slot record is ' .. (rec[2] or 'gone') .. ' with fence ' .. (rec[1] or 'none')}
+local state, owner_fence = string.match(redis.call('GET', KEYS[4]) or '', '^(%S+) (%S+) ')
+if owner_fence ~= fence or state ~= 'running' then
+  return {'stale', 'the slot record is ' .. (state or 'gone') .. ' with fence ' .. (owner_fence or 'none')}
 end
 local top = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tonumber(fence) < top then

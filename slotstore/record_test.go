@@ -1,0 +1,87 @@
+package slotstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// TestRecordsReadBackAsWritten: a record is written by the claim and
+// takeover scripts (in Lua) and rewritten by a finish from what the run's
+// lease kept (in Go). Whatever the texts hold (spaces, colons, newlines, a
+// replica ID with spaces), the finished record has the claim's fields and the
+// finish's state, error and result; and a job's own script reads the state
+// and the fence from the first two words.
+func TestRecordsReadBackAsWritten(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	const replica = "pod 7 eu:1"
+
+	// A manual slot: the record keeps who asked and why.
+	m := live("rec", time.Now(), replica)
+	m.Kind, m.Manual = slot.ClaimManual, &slot.Manual{ID: "req-1", By: "ops@host", Note: "line one\nline two: a b 3:x"}
+	won := claimOne(t, s, m)
+	if won.Outcome != slot.OutcomeWon {
+		t.Fatalf("manual claim: %+v", won)
+	}
+	before, ok, err := s.ManualRecord(ctx, "rec", "req-1")
+	if err != nil || !ok || before.State != slot.StateRunning || before.Owner != replica || before.Manual == nil ||
+		before.Manual.By != "ops@host" || before.Manual.Note != m.Manual.Note || before.Started.IsZero() || !before.Slot.Equal(before.Started) {
+		t.Fatalf("the manual slot's record: %+v %v %v", before, ok, err)
+	}
+	errText, result := "boom\n  at: x.go:1 2", "winners: a b\n12:34"
+	if err := s.Finish(ctx, []slot.FinishRequest{{Lease: won.Lease, State: slot.StateFailed, Error: errText, Result: result}})[0]; err != nil {
+		t.Fatal(err)
+	}
+	after, _, _ := s.ManualRecord(ctx, "rec", "req-1")
+	want := before
+	want.State, want.Error, want.Result, want.Finished = slot.StateFailed, errText, result, after.Finished
+	if !sameRecord(after, want) || after.Finished.Before(after.Started) {
+		t.Fatalf("finished manual record\n got %+v\nwant %+v", after, want)
+	}
+
+	// A scheduled slot taken over: attempt 2's record (built in Lua), then
+	// its finish (built in Go).
+	at := time.Unix(1_700_006_000, 0)
+	first := claimOne(t, s, live("rec", at, "dies"))
+	lapse(t, rdb, s, "rec", "lease")
+	second := claimOne(t, s, takeover("rec", at, replica, true, 3))
+	if second.Outcome != slot.OutcomeWon || second.Attempt != 2 || second.Fence <= first.Fence {
+		t.Fatalf("takeover: %+v", second)
+	}
+	before, _, _ = s.Record(ctx, "rec", at)
+	if before.Attempt != 2 || before.Owner != replica || before.Fence != second.Fence || before.RunID != second.Lease.RunID() ||
+		!strings.Contains(before.Error, "attempt 1 on dies lost its lease") {
+		t.Fatalf("attempt 2's record: %+v", before)
+	}
+	if err := s.Finish(ctx, []slot.FinishRequest{{Lease: second.Lease, State: slot.StateDone, Result: "ok"}})[0]; err != nil {
+		t.Fatal(err)
+	}
+	after, _, _ = s.Record(ctx, "rec", at)
+	want = before
+	want.State, want.Error, want.Result, want.Finished = slot.StateDone, "", "ok", after.Finished
+	if !sameRecord(after, want) {
+		t.Fatalf("finished attempt 2\n got %+v\nwant %+v", after, want)
+	}
+
+	// What a job's own script reads: the state and the fence.
+	v, err := rdb.Eval(ctx, `local state, fence = string.match(redis.call('GET', KEYS[1]) or '', '^(%S+) (%S+) ')
+return {state, fence}`, []string{slotstore.RecordKey(s.Prefix(), "rec", at)}).StringSlice()
+	if err != nil || len(v) != 2 || v[0] != "done" || v[1] != itoa(second.Fence) {
+		t.Fatalf("a job's script reads %q, %v; want done and fence %d", v, err, second.Fence)
+	}
+}
+
+func sameRecord(a, b slot.Record) bool {
+	if (a.Manual == nil) != (b.Manual == nil) || (a.Manual != nil && *a.Manual != *b.Manual) {
+		return false
+	}
+	a.Manual, b.Manual = nil, nil
+	return a.Job == b.Job && a.Slot.Equal(b.Slot) && a.State == b.State && a.Owner == b.Owner && a.Attempt == b.Attempt &&
+		a.Fence == b.Fence && a.Started.Equal(b.Started) && a.Finished.Equal(b.Finished) && a.Error == b.Error &&
+		a.RunID == b.RunID && a.Result == b.Result
+}

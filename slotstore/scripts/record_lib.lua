@@ -1,0 +1,140 @@
+-- record_lib: what the slot scripts share (prepended to claim, finish,
+-- renew, takeover and jobstates): the slot record's format, the job state's
+-- lease and lists, and the fencing token. Not a script of its own.
+--
+-- KEYS     none of its own
+-- Returns  its functions return values to the script they are part of
+--
+-- A slot's record is one string (record.go has the same format in Go):
+--   <state> <fence> <attempt> <started> <finished> <at> <lease> <token> <run_id> <ref> <owner><error><result><by><note>
+-- ten words, each followed by a space ("-" for none; times in ms on Redis's
+-- clock, 0 for none), then five texts, each "<length>:<bytes>".
+--
+-- A job's state is one hash, <prefix>:{<job>}:state:
+--   lease        the job's lease (overlap skip): "<token> <ref> <until_ms> <replica>",
+--                "" when free; it holds while until_ms is ahead of Redis's clock
+--   lease:<ref>  a slot's own lease (overlap allow), same shape; gone when free
+--   fence        the job's last fencing token
+--   last         the latest scheduled slot (unix s) that has a record
+--   running      the refs of the slots whose records are running, space-separated
+--   ended        the refs of the slots that ended last, newest first, about 1 KB
+--   paused_by, paused_note, paused_at   the job's pause, while it stands
+--   v            "2" once the job's protocol-1 keys were read in (jobstates.lua)
+
+-- lp is one text field of a record.
+local function lp(s)
+  return #s .. ':' .. s
+end
+
+-- record builds a record string. fence is a string (fences need all 16
+-- digits); the times are numbers of ms, or 0.
+local function record(state, fence, attempt, started, finished, at, lease, token, run_id, ref, owner, err, result, by, note)
+  return state .. ' ' .. fence .. ' ' .. attempt .. ' ' .. started .. ' ' .. finished .. ' ' .. at .. ' ' ..
+    lease .. ' ' .. token .. ' ' .. run_id .. ' ' .. ref .. ' ' .. lp(owner) .. lp(err) .. lp(result) .. lp(by) .. lp(note)
+end
+
+-- parse reads a record string into a table of its fields; nil when it is
+-- not one.
+local function parse(v)
+  local state, fence, attempt, started, finished, at, lease, token, run_id, ref, rest =
+    string.match(v, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
+  if not state then
+    return nil
+  end
+  local texts, pos = {}, 1
+  for i = 1, 5 do
+    local n, at_text = string.match(rest, '^(%d+):()', pos)
+    if not n then
+      return nil
+    end
+    texts[i] = string.sub(rest, at_text, at_text + tonumber(n) - 1)
+    pos = at_text + tonumber(n)
+  end
+  return {state = state, fence = fence, attempt = attempt, started = started, finished = finished, at = at,
+    lease = lease, token = token, run_id = run_id, ref = ref,
+    owner = texts[1], err = texts[2], result = texts[3], by = texts[4], note = texts[5]}
+end
+
+-- head reads what a claim needs of a record that stands in its way: the
+-- words and the owner, in one match (cheaper than parse); nil when v is not
+-- a record.
+local function head(v)
+  local state, fence, attempt, started, token, run_id, n, p =
+    string.match(v, '^(%S+) (%S+) (%S+) (%S+) %S+ %S+ %S+ (%S+) (%S+) %S+ (%d+):()')
+  if not state then
+    return nil
+  end
+  return {state = state, fence = fence, attempt = attempt, started = started, token = token, run_id = run_id,
+    owner = string.sub(v, p, p + tonumber(n) - 1)}
+end
+
+-- lease_of reads a lease value: its token, ref, until (a number) and holder;
+-- nil when the value is free (nil or "").
+local function lease_of(v)
+  if not v or v == '' then
+    return nil
+  end
+  local token, ref, till, holder = string.match(v, '^(%S+) (%S+) (%d+) (.*)$')
+  if not token then
+    return nil
+  end
+  return token, ref, tonumber(till), holder
+end
+
+-- with returns a space-separated list with ref at its end.
+local function with(list, ref)
+  if not list or list == '' then
+    return ref
+  end
+  return list .. ' ' .. ref
+end
+
+-- has reports whether a space-separated list holds ref.
+local function has(list, ref)
+  return list ~= nil and string.find(' ' .. list .. ' ', ' ' .. ref .. ' ', 1, true) ~= nil
+end
+
+-- without returns a space-separated list without ref.
+local function without(list, ref)
+  if not list or list == '' or list == ref then
+    return ''
+  end
+  local s, e = string.find(' ' .. list .. ' ', ' ' .. ref .. ' ', 1, true)
+  if not s then
+    return list
+  end
+  local before, after = string.sub(list, 1, s - 2), string.sub(list, e)
+  if before ~= '' and after ~= '' then
+    return before .. ' ' .. after
+  end
+  return before .. after
+end
+
+-- ended_with returns the list of ended slots with ref in front, cut at a
+-- space past 1,000 bytes.
+local function ended_with(list, ref)
+  local l = ref
+  if list and list ~= '' then
+    l = ref .. ' ' .. list
+  end
+  if #l > 1024 then
+    local cut = string.find(l, ' ', 1000, true)
+    if cut then
+      l = string.sub(l, 1, cut - 1)
+    end
+  end
+  return l
+end
+
+-- next_fence returns the job's next fencing token: one more than its last,
+-- and at least Redis's clock in microseconds, so that fences keep growing
+-- when the job's state is lost (a restart without persistence, or a failover
+-- to a replica that had not received it), provided the Redis hosts' clocks
+-- are in step. Fences stay below 2^53, exact in Lua's numbers, until 2255.
+local function next_fence(last, now_us)
+  local l = tonumber(last) or 0
+  if l + 1 <= now_us then
+    return now_us
+  end
+  return l + 1
+end
