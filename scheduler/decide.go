@@ -8,10 +8,13 @@ import (
 )
 
 // outcomeError is the outcome of a claim that got no answer; outcomeRefused
-// of a slot that this replica did not claim because its clock is off.
+// of a slot that this replica did not claim because its clock is off;
+// outcomeRefusedProtocol of one it did not claim because replicas of an
+// older slot protocol were live.
 const (
-	outcomeError   = "error"
-	outcomeRefused = "refused_skew"
+	outcomeError           = "error"
+	outcomeRefused         = "refused_skew"
+	outcomeRefusedProtocol = "refused_protocol"
 )
 
 // decision is what a replica does with the answer to one claim. decide makes

@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/slotcron/slotcron/slot"
@@ -163,31 +165,65 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 		}
 		cancel()
 	}
+	older := r.s.olderPeers()
+	switch {
+	case len(older) > 0:
+		r.barred = true
+		r.refuse(now, batch, refusal{outcome: outcomeRefusedProtocol, level: slog.LevelDebug,
+			msg:    "refusing to claim: replicas of an older slot protocol are live",
+			attrs:  []any{"older", strings.Join(older, ",")},
+			reason: fmt.Sprintf("no replica claimed the slot; %s refused: replicas of an older slot protocol were live (%s)", r.self, strings.Join(older, ", "))})
+		return
+	case r.barred:
+		// The older replicas have left: take in what they left before claiming.
+		if !r.rejoin(ctx) {
+			r.refuse(now, batch, refusal{outcome: outcomeRefusedProtocol, level: slog.LevelDebug,
+				msg:    "refusing to claim: the state older replicas left is not read yet",
+				reason: fmt.Sprintf("no replica claimed the slot; %s refused: it could not yet read the state replicas of an older slot protocol left", r.self)})
+			return
+		}
+		r.barred = false
+	}
 	if offset, refused := r.s.refused(); refused {
-		r.refuse(now, batch, offset)
+		r.refuse(now, batch, refusal{outcome: outcomeRefused, level: slog.LevelError,
+			msg:    "refusing to claim: this replica's clock is off by more than max_skew",
+			attrs:  []any{"offset", offset.String(), "max_skew", r.s.cfg.maxSkew.String()},
+			reason: fmt.Sprintf("no replica claimed the slot; %s refused: its clock is off Redis's by %v, more than max_skew %v", r.self, offset.Round(time.Millisecond), r.s.cfg.maxSkew)})
 		return
 	}
 	r.send(ctx, batch)
 }
 
-// refuse handles a batch while the clock is off by more than max_skew: live
-// slots are left to the replicas whose clocks agree with Redis; so that a
-// slot still ends with a record when every replica refuses, each is sent
-// again as an expire claim, which Redis answers once the slot's misfire grace
-// has passed on its own clock (recorded missed, unless a replica ran it).
-// The rest waits, and so do expire claims.
-func (r *runner) refuse(now time.Time, batch []*pending, offset time.Duration) {
+// refusal is why a replica claims nothing now: its outcome for the slots'
+// metric and spans, the log line of each slot, and the reason their records
+// give if no replica runs them.
+type refusal struct {
+	outcome string
+	level   slog.Level
+	msg     string
+	attrs   []any
+	reason  string
+}
+
+// refuse handles a batch while this replica claims nothing (its clock is off
+// by more than max_skew, or replicas of an older protocol are live): live
+// slots are left to the replicas that do claim; so that a slot still ends
+// with a record when every replica refuses, each is sent again as an expire
+// claim, which Redis answers once the slot's misfire grace has passed on its
+// own clock (recorded missed, unless a replica ran it). The rest waits, and
+// so do expire claims.
+func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
 	for _, p := range batch {
 		if p.claim.Kind == slot.ClaimLive {
-			r.log.Error("refusing to claim: this replica's clock is off by more than max_skew",
-				"slotcron.job", p.job.Name, "slotcron.slot", p.claim.Slot.UTC().Format(time.RFC3339),
-				"slotcron.outcome", outcomeRefused, "offset", offset.String(), "max_skew", r.s.cfg.maxSkew.String())
-			r.s.tel.claimed(p.job.Name, outcomeRefused)
-			r.s.tel.beginSlot(context.Background(), kindSlot, p.claim).end(ending{outcome: outcomeRefused})
+			if r.log.Enabled(context.Background(), why.level) {
+				r.log.Log(context.Background(), why.level, why.msg, append([]any{"slotcron.job", p.job.Name,
+					"slotcron.slot", p.claim.Slot.UTC().Format(time.RFC3339), "slotcron.outcome", why.outcome}, why.attrs...)...)
+			}
+			r.s.tel.claimed(p.job.Name, why.outcome)
+			r.s.tel.beginSlot(context.Background(), kindSlot, p.claim).end(ending{outcome: why.outcome})
 			c := r.claim(slot.ClaimExpire, p.job, p.claim.Slot)
 			c.Deadline = p.claim.Deadline
-			c.Reason = fmt.Sprintf("no replica claimed the slot; %s refused: its clock is off Redis's by %v, more than max_skew %v",
-				r.self, offset.Round(time.Millisecond), r.s.cfg.maxSkew)
+			c.Reason = why.reason
 			r.push(c.Deadline, p.job, c)
 			continue
 		}
@@ -198,6 +234,38 @@ func (r *runner) refuse(now time.Time, batch []*pending, offset time.Duration) {
 		p.due = now.Add(time.Second)
 		heap.Push(&r.queue, p)
 	}
+}
+
+// rejoin reads the jobs' states again once replicas of an older protocol
+// have left (the store takes in what they left: their running slots among
+// them), and watches every running slot that is not watched yet, to settle
+// it by policy if its owner is gone. It reports whether it could read them.
+func (r *runner) rejoin(ctx context.Context) bool {
+	sctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+	states, err := r.s.claimer.JobStates(sctx, r.s.jobNames())
+	cancel()
+	if err != nil {
+		r.log.Error("cannot read the jobs' states after replicas of an older protocol left; claiming nothing until it can", "error", err)
+		return false
+	}
+	now := r.clock.Now()
+	for _, j := range r.s.jobs {
+		st := states[j.Name]
+		for _, at := range st.Running {
+			if t := (target{at: at}); !r.watching[t.key(j.Name)] {
+				r.watching[t.key(j.Name)] = true
+				r.push(now, j, r.claim(slot.ClaimTakeover, j, at))
+			}
+		}
+		for _, id := range st.RunningManual {
+			if t := (target{manual: id}); !r.watching[t.key(j.Name)] {
+				r.watching[t.key(j.Name)] = true
+				r.push(now, j, r.takeover(j, t))
+			}
+		}
+	}
+	r.log.Info("read the jobs' states that replicas of an older protocol left; claiming again")
+	return true
 }
 
 // send claims a batch and acts on each answer. Hedged claims and checks on

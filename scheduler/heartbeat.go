@@ -82,6 +82,17 @@ type peerView struct {
 	// table's hash (a large table) and run this replica's table: they are
 	// candidates for every job of it.
 	sameTable []string
+	// older are the IDs of the live replicas of an older slot protocol
+	// (slot.Registry.Older): while there is one, this replica claims nothing.
+	older []string
+}
+
+// olderPeers returns the IDs of the live replicas of an older slot protocol,
+// as the last heartbeat found them.
+func (s *Scheduler) olderPeers() []string {
+	s.peers.mu.Lock()
+	defer s.peers.mu.Unlock()
+	return s.peers.older
 }
 
 // Replicas returns what this replica's last heartbeat found: every live
@@ -159,11 +170,23 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 	me := s.me()
 	dis := disagreements(me, s.cfg.keyPrefix, reg)
 	cands, same := candidates(me, reg, s.cfg.maxSkew)
+	older := reg.Older()
 	s.peers.mu.Lock()
-	before := s.peers.disagreements
+	before, olderBefore := s.peers.disagreements, s.peers.older
 	s.peers.reg, s.peers.disagreements, s.peers.candidates, s.peers.sameTable = reg, dis, cands, same
+	s.peers.older = older
 	s.peers.mu.Unlock()
 	s.tel.disagree(len(dis))
+	s.tel.olderProtocol(len(older))
+	if !slices.Equal(olderBefore, older) {
+		if len(older) > 0 {
+			s.log.Error(fmt.Sprintf("replicas of an older slot protocol are live (%s): they keep their state where this "+
+				"version does not look, so this replica claims nothing until they have left; upgrade or stop them",
+				strings.Join(older, ", ")), "slotcron.replica", s.cfg.replica, "protocol", reg.Protocol)
+		} else {
+			s.log.Info("no replica of an older slot protocol is live: this replica claims again", "slotcron.replica", s.cfg.replica)
+		}
+	}
 	if !slices.Equal(before, dis) {
 		for _, d := range dis {
 			s.log.Warn("replicas disagree: "+d.String(), "slotcron.replica", s.cfg.replica, "slotcron.job", d.Job, "peer", d.Peer)

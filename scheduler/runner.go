@@ -34,6 +34,7 @@ type runner struct {
 	watching  map[slotKey]bool
 	batches   aheadMeter        // how long claim batches took, for ahead
 	onTime    map[*jobState]int // jobs whose next slots are claimed at their time, and how many
+	barred    bool              // claims were refused while replicas of an older protocol were live
 
 	runEnded chan runEnded // from run goroutines to the loop
 	loopDone chan struct{} // closed when the loop has returned: nobody receives events
@@ -88,7 +89,7 @@ func (r *runner) run(ctx context.Context) error {
 	go func() { defer bgWG.Done(); r.finisher.loop(bg) }()
 
 	err := r.register(ctx)
-	if err == nil && r.startup(ctx) {
+	if err == nil && r.awaitProtocol(ctx) && r.startup(ctx) {
 		bgWG.Add(2)
 		go func() { defer bgWG.Done(); r.s.clockLoop(ctx) }()
 		go func() { defer bgWG.Done(); r.heartbeatLoop(ctx) }()

@@ -9,6 +9,25 @@ import (
 	"github.com/slotcron/slotcron/slot"
 )
 
+// awaitProtocol waits, before anything is read or claimed, while replicas of
+// an older slot protocol are live (their heartbeats say so): they keep their
+// state where this version does not look, so the two must not claim side by
+// side. It heartbeats every period meanwhile; once they have left, startup
+// takes in what they left (JobStates). False when ctx ended first.
+func (r *runner) awaitProtocol(ctx context.Context) bool {
+	for len(r.s.olderPeers()) > 0 {
+		if !r.sleep(ctx, r.s.cfg.heartbeatEvery) {
+			return false
+		}
+		hctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+		if err := r.s.heartbeat(hctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("heartbeat failed", "error", err)
+		}
+		cancel()
+	}
+	return ctx.Err() == nil
+}
+
 // startup readies the protocol, measures the clock and plans every job,
 // retrying until Redis answers; false when ctx ended first.
 func (r *runner) startup(ctx context.Context) bool {

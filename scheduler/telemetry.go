@@ -44,6 +44,7 @@ type telemetry struct {
 	offsetG   metric.Float64Gauge
 	dataLoss  metric.Int64Counter
 	disagreeG metric.Int64Gauge
+	olderG    metric.Int64Gauge
 	dupes     metric.Int64Counter
 	unrepl    metric.Int64Counter
 	recUnrepl metric.Int64Counter
@@ -137,6 +138,10 @@ func newTelemetry(cfg config, jobs []string) (*telemetry, error) {
 		metric.WithDescription("Jobs on which this replica and a live peer (or another key prefix on the same Redis) disagree, at the last heartbeat.")); err != nil {
 		return nil, err
 	}
+	if t.olderG, err = m.Int64Gauge("slotcron.replicas_older_protocol",
+		metric.WithDescription("Live replicas of an older slot protocol, at the last heartbeat: while there is one, this replica claims nothing.")); err != nil {
+		return nil, err
+	}
 	if t.dupes, err = m.Int64Counter("slotcron.duplicate_replica_id",
 		metric.WithDescription("Heartbeats that found another live process with this replica's ID.")); err != nil {
 		return nil, err
@@ -182,6 +187,8 @@ func (t *telemetry) lost(job string) {
 
 // disagree records how many (job, peer) disagreements the last heartbeat found.
 func (t *telemetry) disagree(n int) { t.disagreeG.Record(context.Background(), int64(n)) }
+
+func (t *telemetry) olderProtocol(n int) { t.olderG.Record(context.Background(), int64(n)) }
 
 // duplicate counts a heartbeat that found this replica's ID in use elsewhere.
 func (t *telemetry) duplicate() { t.dupes.Add(context.Background(), 1) }

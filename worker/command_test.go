@@ -224,7 +224,7 @@ jobs:
 	}
 
 	// While it runs, status lists the replica, agreeing with itself.
-	if out := statusOut(t, path, ticker(counter)); !regexp.MustCompile(`(?m)^replicas: 1 live\n  ID +VERSION +STARTED +LAST SEEN +CLOCK OFFSET +TABLE\n  solo .* ago +\S+ +agrees$`).MatchString(out) {
+	if out := statusOut(t, path, ticker(counter)); !regexp.MustCompile(`(?m)^replicas: 1 live\n  ID +VERSION +PROTOCOL +STARTED +LAST SEEN +CLOCK OFFSET +TABLE\n  solo .* 2 +\S+ +\S+ ago +\S+ +agrees$`).MatchString(out) {
 		t.Fatalf("status does not list replica solo, agreeing:\n%s", out)
 	}
 	cancel()

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,18 @@ jobs:
 	html = page()
 	if !strings.Contains(html, `<span class="state paused">paused</span>`) || !strings.Contains(html, "by ops@host: &lt;b&gt;maintenance&lt;/b&gt;") {
 		t.Errorf("the page does not show the pause, escaped:\n%s", html)
+	}
+	// A replica of an older slot protocol shows as such: the others claim
+	// nothing while it is live.
+	now := srv.Client().Time(context.Background()).Val()
+	srv.Client().HSet(context.Background(), "dash:replicas", "v1-pod",
+		"i1 "+strconv.FormatInt(now.UnixMilli(), 10)+` {"version":"v0.9.0","started_ms":1,"offset_ns":0,"table":"t"}`)
+	html = page()
+	for _, want := range []string{`<td><code>d1</code></td><td>`, `</td><td>2</td>`,
+		`<td><code>v1-pod</code></td><td>v0.9.0</td><td class="bad" title="newer replicas claim nothing while a replica of an older slot protocol is live">1 OLDER</td>`} {
+		if !strings.Contains(html, want) {
+			t.Errorf("with a replica of protocol 1 live, the page lacks %q", want)
+		}
 	}
 	if t.Failed() {
 		t.Log(html)

@@ -98,9 +98,9 @@ func printReplicas(ctx context.Context, slots *slotstore.Store, out io.Writer) e
 		return nil
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "  ID\tVERSION\tSTARTED\tLAST SEEN\tCLOCK OFFSET\tTABLE")
+	fmt.Fprintln(w, "  ID\tVERSION\tPROTOCOL\tSTARTED\tLAST SEEN\tCLOCK OFFSET\tTABLE")
 	for _, r := range rows {
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%v ago\t%v\t%s\n", r.ID, r.Version, r.Started.UTC().Format(time.RFC3339),
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%v ago\t%v\t%s\n", r.ID, r.Version, r.Protocol, r.Started.UTC().Format(time.RFC3339),
 			r.SeenAgo, r.Offset, r.Table)
 	}
 	return w.Flush()
@@ -109,6 +109,8 @@ func printReplicas(ctx context.Context, slots *slotstore.Store, out io.Writer) e
 // replicaRow is a live replica as status and the dashboard show it.
 type replicaRow struct {
 	ID, Version     string
+	Protocol        string // its slot protocol: "2", or "1 OLDER" (newer replicas claim nothing while it is live)
+	Older           bool
 	Started         time.Time
 	SeenAgo, Offset time.Duration
 	Table           string // "agrees", or "DIFFERS from N peer(s)"
@@ -135,8 +137,11 @@ func replicaRows(ctx context.Context, slots *slotstore.Store) ([]replicaRow, err
 	}
 	rows := make([]replicaRow, len(reg.Replicas))
 	for i, r := range reg.Replicas {
-		rows[i] = replicaRow{ID: r.ID, Version: r.Version, Started: r.Started, SeenAgo: reg.Now.Sub(r.Seen).Round(time.Millisecond),
+		rows[i] = replicaRow{ID: r.ID, Version: r.Version, Protocol: strconv.Itoa(r.Protocol), Started: r.Started, SeenAgo: reg.Now.Sub(r.Seen).Round(time.Millisecond),
 			Offset: r.Offset.Round(time.Microsecond), Table: "agrees", Agrees: true}
+		if r.Protocol < reg.Protocol {
+			rows[i].Protocol, rows[i].Older = rows[i].Protocol+" OLDER", true
+		}
 		if table(r) != ref {
 			rows[i].Table, rows[i].Agrees = "DIFFERS from "+strconv.Itoa(tables[ref])+" peer(s)", false
 		}

@@ -1,0 +1,204 @@
+package scheduler_test
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+)
+
+// olderReplica keeps a registry entry of a replica of slot protocol 1 (its
+// description has no "protocol") fresh, as that replica's heartbeats would,
+// until leave, which removes it as a replica that stops does.
+func (h *harness) olderReplica(id string) (leave func()) {
+	h.t.Helper()
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	beat := func() {
+		now, err := h.rdb.Time(context.Background()).Result()
+		if err != nil {
+			h.t.Error(err)
+			return
+		}
+		desc := `{"version":"v0.9.0","started_ms":` + strconv.FormatInt(now.Add(-time.Hour).UnixMilli(), 10) + `,"offset_ns":0,"table":"t"}`
+		h.rdb.HSet(context.Background(), h.prefix+":replicas", id, "inst-"+id+" "+strconv.FormatInt(now.UnixMilli(), 10)+" "+desc)
+	}
+	beat()
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+				beat()
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-stopped
+		h.rdb.HDel(context.Background(), h.prefix+":replicas", id)
+	}
+}
+
+// TestOlderProtocolHoldsTheStart: an upgrade from slot protocol 1, whose
+// replicas keep a record as a hash and the job's lease, fence, high-water
+// mark and running set under keys of their own. While one of them is live
+// the new replica claims nothing and reads nothing in; once it has left, the
+// new replica takes in what it left (its running slot, whose lease lapsed
+// when it died, is settled: abandoned), records the slots nobody ran while it
+// waited (catchup last: the latest runs, and may hold the job through the
+// next slot, which is then skipped), runs the next ones, with fences above
+// protocol 1's, and every slot ends with a record.
+func TestOlderProtocolHoldsTheStart(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		held := time.Now().Add(-3 * time.Second).Truncate(time.Second)
+		fence := int64(1_700_000_000_000_000) // above the bubble's clock (2000), as a counter past it would be
+		key := func(s string) string { return h.prefix + ":{j}:" + s }
+		rec := key("slot:" + strconv.FormatInt(held.Unix(), 10))
+		h.rdb.HSet(ctx, rec, "slot", held.Unix(), "owner", "old-1", "token", "t1", "attempt", 1, "fence", fence,
+			"state", "running", "lease", "job", "started", held.UnixMilli(), "run_id", "run-1")
+		h.rdb.PExpire(ctx, rec, time.Hour)
+		h.rdb.Set(ctx, key("fence"), fence, 0)
+		h.rdb.ZAdd(ctx, key("last"), redis.Z{Score: float64(held.Unix()), Member: "last"})
+		h.rdb.ZAdd(ctx, key("running"), redis.Z{Score: float64(held.Unix()), Member: strconv.FormatInt(held.Unix(), 10)})
+		leave := h.olderReplica("old-1")
+
+		var buf lines
+		h.start("new", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}),
+			[]scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 2 * time.Second}},
+			scheduler.WithHeartbeatEvery(time.Second),
+			scheduler.WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))))
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if s := h.starts("effects"); len(s) != 0 {
+			t.Fatalf("%d runs while a replica of protocol 1 was live: %+v", len(s), s)
+		}
+		for at := held.Unix() + 1; at <= time.Now().Unix(); at++ {
+			if r, ok := h.record("j", at); ok {
+				t.Fatalf("slot %d recorded %s while a replica of protocol 1 was live", at, r.State)
+			}
+		}
+		if typ := h.rdb.Type(ctx, rec).Val(); typ != "hash" {
+			t.Fatalf("protocol 1's running record was touched (now a %s) while its replica was live", typ)
+		}
+		if !strings.Contains(strings.Join(buf.all(), "\n"), `level=ERROR msg="replicas of an older slot protocol are live (old-1)`) {
+			t.Fatalf("no ERROR line about the older replica:\n%s", strings.Join(buf.all(), "\n"))
+		}
+
+		leave()
+		gone := time.Now()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		end := time.Now()
+		if r, ok := h.record("j", held.Unix()); !ok || r.State != slot.StateAbandoned || r.Owner != "old-1" || r.Fence <= fence {
+			t.Fatalf("protocol 1's running slot, its owner gone: %+v (found %v), want abandoned with a fence above %d", r, ok, fence)
+		}
+		count := map[int64]int{}
+		for _, s := range h.starts("effects") {
+			count[s.slot]++
+			if s.fence <= fence {
+				t.Errorf("slot %d ran with fence %d, not above protocol 1's %d", s.slot, s.fence, fence)
+			}
+		}
+		var missed, done, skipped int
+		for at := held.Unix() + 1; at < end.Unix(); at++ {
+			r, ok := h.record("j", at)
+			switch {
+			case !ok:
+				t.Errorf("slot %d ended with no record", at)
+			case count[at] > 1:
+				t.Errorf("slot %d started %d times", at, count[at])
+			case r.State == slot.StateMissed && count[at] == 0:
+				missed++
+			case r.State == slot.StateDone && count[at] == 1:
+				done++
+			case r.State == slot.StateSkipped && count[at] == 0: // the catch-up run still held the job
+				skipped++
+			default:
+				t.Errorf("slot %d: record %+v, %d starts", at, r, count[at])
+			}
+			if at > gone.Unix()+2 && (r.State != slot.StateDone || count[at] != 1) {
+				t.Errorf("slot %d, after the start: %s with %d starts, want done once", at, r.State, count[at])
+			}
+		}
+		if missed == 0 || done < 2 || skipped > 1 {
+			t.Fatalf("%d slots recorded missed, %d done and %d skipped; want the wait's slots missed and the later ones done", missed, done, skipped)
+		}
+		if n := h.rdb.ZCard(ctx, key("running")).Val(); n != 0 {
+			t.Fatalf("protocol 1's running set still holds %d slots", n)
+		}
+	})
+}
+
+// TestOlderProtocolMidRun: a replica of slot protocol 1 comes back while the
+// new one runs (a rollback, or a pod of the old version that was only
+// stuck). From the new one's next heartbeat it claims nothing, and the slots
+// it leaves end with a record all the same: missed once their misfire grace
+// has passed, saying why. Once the older one has left, it reads in what that
+// one left (a slot it ran, and died running, is settled: abandoned) and
+// claims again.
+func TestOlderProtocolMidRun(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		h.start("new", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}),
+			[]scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 2 * time.Second, MisfireGrace: 5 * time.Second}},
+			scheduler.WithHeartbeatEvery(time.Second))
+		time.Sleep(3 * time.Second)
+		came := time.Now()
+		leave := h.olderReplica("old-1")
+		// It claims a slot as protocol 1 does, and dies mid-run.
+		time.Sleep(2500 * time.Millisecond)
+		theirs := came.Unix() + 3
+		ref := strconv.FormatInt(theirs, 10)
+		rec := h.prefix + ":{j}:slot:" + ref
+		h.rdb.HSet(context.Background(), rec, "slot", theirs, "owner", "old-1", "token", "t1", "attempt", 1,
+			"fence", time.Now().UnixMicro(), "state", "running", "lease", "job", "started", time.Now().UnixMilli(), "run_id", "run-1")
+		h.rdb.PExpire(context.Background(), rec, time.Hour)
+		h.rdb.ZAdd(context.Background(), h.prefix+":{j}:running", redis.Z{Score: float64(theirs), Member: ref})
+		time.Sleep(3500 * time.Millisecond)
+		leave()
+		left := time.Now()
+		time.Sleep(10 * time.Second) // the refused slots' grace, and the claims after it
+		synctest.Wait()
+		count := map[int64]int{}
+		for _, s := range h.starts("effects") {
+			count[s.slot]++
+		}
+		var refused int
+		for at := came.Unix() - 2; at < left.Unix()+8; at++ {
+			r, ok := h.record("j", at)
+			switch {
+			case !ok:
+				t.Errorf("slot %d ended with no record", at)
+			case count[at] > 1:
+				t.Errorf("slot %d started %d times", at, count[at])
+			case at == theirs: // settled once the new replica read in what protocol 1 left
+				if count[at] != 0 || r.State != slot.StateAbandoned || r.Owner != "old-1" {
+					t.Errorf("slot %d, run by protocol 1 whose replica died: %+v, %d starts; want abandoned", at, r, count[at])
+				}
+			case at > came.Unix()+1 && at < left.Unix():
+				if count[at] != 0 || r.State != slot.StateMissed || !strings.Contains(r.Error, "replicas of an older slot protocol were live (old-1)") {
+					t.Errorf("slot %d, while protocol 1 was live: %+v, %d starts; want missed, saying why", at, r, count[at])
+				}
+				refused++
+			case at < came.Unix() || at > left.Unix()+2:
+				if count[at] != 1 || r.State != slot.StateDone {
+					t.Errorf("slot %d: %+v, %d starts; want done once", at, r, count[at])
+				}
+			}
+		}
+		if refused < 3 {
+			t.Fatalf("%d slots refused, want those of the 6s protocol 1 was live", refused)
+		}
+	})
+}
