@@ -54,6 +54,15 @@ type countingClaimer struct {
 	*slotstore.Store
 	tickBatches, tickTrips   atomic.Int64
 	checkBatches, checkTrips atomic.Int64
+	finishTrips              atomic.Int64
+}
+
+// Finish counts the round trips of the finishes.
+func (c *countingClaimer) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
+	var n atomic.Int64
+	errs := c.Store.Finish(context.WithValue(ctx, tripsKey{}, &n), reqs)
+	c.finishTrips.Add(n.Load())
+	return errs
 }
 
 func (c *countingClaimer) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
@@ -194,7 +203,7 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		_, idleCPU0, _ := cpuNow(b, twin)
 		var base []int64
 		for _, c := range counters {
-			base = append(base, c.tickBatches.Load(), c.tickTrips.Load(), c.checkBatches.Load(), c.checkTrips.Load())
+			base = append(base, c.tickBatches.Load(), c.tickTrips.Load(), c.checkBatches.Load(), c.checkTrips.Load(), c.finishTrips.Load())
 		}
 		sleepUntil(first.Add(time.Duration(ticks)*time.Second - 100*time.Millisecond))
 		goCPU1, redisCPU1, mallocs1 := cpuNow(b, srv)
@@ -211,12 +220,13 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 			}
 		}
 		admin.ConfigSet(context.Background(), "slowlog-log-slower-than", "10000")
-		var tickBatches, tickTrips, checkBatches, checkTrips int64
+		var tickBatches, tickTrips, checkBatches, checkTrips, finishTrips int64
 		for i, c := range counters {
-			tickBatches += c.tickBatches.Load() - base[4*i]
-			tickTrips += c.tickTrips.Load() - base[4*i+1]
-			checkBatches += c.checkBatches.Load() - base[4*i+2]
-			checkTrips += c.checkTrips.Load() - base[4*i+3]
+			tickBatches += c.tickBatches.Load() - base[5*i]
+			tickTrips += c.tickTrips.Load() - base[5*i+1]
+			checkBatches += c.checkBatches.Load() - base[5*i+2]
+			checkTrips += c.checkTrips.Load() - base[5*i+3]
+			finishTrips += c.finishTrips.Load() - base[5*i+4]
 		}
 		stats, err := admin.Info(context.Background(), "commandstats").Result()
 		if err != nil {
@@ -267,6 +277,7 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e6/float64(ticks), "redis-cpu-ms/tick")
 		b.ReportMetric(float64(mallocs1-mallocs0)/float64(ticks), "go-allocs/tick")
 		b.ReportMetric(float64(checkTrips)/float64(replicas*ticks), "check-trips/tick/replica")
+		b.ReportMetric(float64(finishTrips)/float64(replicas*ticks), "finish-trips/tick/replica")
 		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e3/float64(njobs*ticks), "redis-cpu-us/slot")
 		idle := idleCPU1 - idleCPU0
 		b.ReportMetric(float64(idle)/1e3/float64(njobs*ticks), "redis-idle-us/slot")

@@ -24,9 +24,12 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 	st.startRun()
 	r.renew.add(lease, st)
 	r.jobsWG.Add(1)
+	r.finisher.going.Add(1)
 	go func() {
 		defer r.jobsWG.Done()
-		r.ended(runEnded{job: j, claim: c, state: r.execute(j, c.Manual, c.Ahead, lease, st)})
+		state := r.execute(j, c.Manual, c.Ahead, lease, st)
+		r.finisher.going.Add(-1)
+		r.ended(runEnded{job: j, claim: c, state: state})
 	}()
 }
 
