@@ -144,10 +144,12 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 			ran    = map[string]int{}   // runs per replica
 			did    = map[jobSlot]bool{} // the counted slots that started
 		)
-		// Every replica has heartbeated (every 1s here) with all the others
-		// live before the first counted tick: spread routing sees them all.
-		// Large tables take longer to start (each replica reads every job's state).
-		lead := 3500*time.Millisecond + time.Duration(njobs*replicas)*50*time.Microsecond
+		// Every replica has heartbeated (at the default period, 5s) with all
+		// the others live before the first counted tick, so that spread
+		// routing sees them all (checked below): the first to start sees the
+		// others at its second heartbeat. Large tables take longer to start
+		// (each replica reads every job's state).
+		lead := scheduler.DefaultHeartbeatEvery + 2*time.Second + time.Duration(njobs*replicas)*50*time.Microsecond
 		first := time.Now().Add(lead).Truncate(time.Second).Add(time.Second)
 		fn := func(ctx context.Context, run jobs.Run) error {
 			d := time.Since(run.Slot)
@@ -168,6 +170,7 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 			table = append(table, scheduler.Job{Name: name, Schedule: "@every 1s", LeaseTTL: 2 * time.Second, Routing: routing})
 		}
 		var counters []*countingClaimer
+		var scheds []*scheduler.Scheduler
 		var stops []func()
 		for r := range replicas {
 			rdb := redis.NewClient(srv.Options())
@@ -175,11 +178,11 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 			slots, _ := slotstore.New(rdb, prefix)
 			cc := &countingClaimer{Store: slots}
 			counters = append(counters, cc)
-			s, err := scheduler.New(cc, reg, scheduler.WithJobs(table...), scheduler.WithReplicaID(fmt.Sprint("r", r)),
-				scheduler.WithHeartbeatEvery(time.Second))
+			s, err := scheduler.New(cc, reg, scheduler.WithJobs(table...), scheduler.WithReplicaID(fmt.Sprint("r", r)))
 			if err != nil {
 				b.Fatal(err)
 			}
+			scheds = append(scheds, s)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { s.Run(ctx); close(done) }()
@@ -187,6 +190,11 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		}
 		// Count over [first-100ms, first+ticks-100ms): exactly the ticks first ... first+ticks-1.
 		sleepUntil(first.Add(-100 * time.Millisecond))
+		for i, s := range scheds {
+			if reg, _ := s.Replicas(); len(reg.Replicas) != replicas {
+				b.Fatalf("before the first counted tick, r%d sees %d live replicas, want %d", i, len(reg.Replicas), replicas)
+			}
+		}
 		adminOpts := srv.Options()
 		adminOpts.ReadTimeout = 30 * time.Second
 		admin := redis.NewClient(adminOpts)
