@@ -219,7 +219,7 @@ func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
 				r.log.Log(context.Background(), why.level, why.msg, append([]any{"slotcron.job", p.job.Name,
 					"slotcron.slot", p.claim.Slot.UTC().Format(time.RFC3339), "slotcron.outcome", why.outcome}, why.attrs...)...)
 			}
-			r.s.tel.claimed(p.job.Name, why.outcome)
+			r.s.tel.claimed(p.job.metrics, why.outcome)
 			r.s.tel.beginSlot(context.Background(), kindSlot, p.claim).end(ending{outcome: why.outcome})
 			c := r.claim(slot.ClaimExpire, p.job, p.claim.Slot)
 			c.Deadline = p.claim.Deadline
@@ -353,7 +353,7 @@ func (r *runner) claimBatch(ctx context.Context, batch []*pending) (answered boo
 func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.Result, st *slotTrace) {
 	j, c := p.job, p.claim
 	d := decide(c, res, r.self)
-	r.s.tel.claimed(j.Name, d.outcome)
+	r.s.tel.claimed(j.metrics, d.outcome)
 	if res.Unreplicated {
 		r.s.tel.unreplicated(j.Name)
 	}

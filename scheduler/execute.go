@@ -80,9 +80,11 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slo
 		log.Warn("won slot not started", "error", err)
 	} else {
 		delay := r.clock.Now().Sub(run.Slot)
-		r.s.tel.dispatched(j.Name, delay)
+		r.s.tel.dispatched(j.metrics, delay)
 		st.jobStarted(delay)
-		log.Info("job started", "dispatch_delay", delay.String())
+		if log.Enabled(context.Background(), slog.LevelInfo) { // a Duration's String costs; most tables log no INFO
+			log.Info("job started", "dispatch_delay", delay.String())
+		}
 		err = j.fn(ctx, run) // j.fn recovers panics and applies the timeout (jobs middleware)
 	}
 	took := time.Since(began)
@@ -93,10 +95,10 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slo
 	st.runDone(lease, err, text)
 	if state == "" {
 		log.Warn("lease lost mid-run; leaving the slot to a takeover", "error", text)
-		r.s.tel.ran(j.Name, string(slot.StateAbandoned), took)
+		r.s.tel.ran(j.metrics, string(slot.StateAbandoned), took)
 		return ""
 	}
-	r.s.tel.ran(j.Name, string(state), took)
+	r.s.tel.ran(j.metrics, string(state), took)
 	ferr := st.finishing(state, func() error { return r.finish(lease, state, text, result()) })
 	switch {
 	case ferr == nil:
@@ -107,7 +109,9 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slo
 		case slot.StateAbandoned:
 			level = slog.LevelError
 		}
-		log.Log(context.Background(), level, "job finished", "state", string(state), "took", took.String(), "error", text)
+		if log.Enabled(context.Background(), level) {
+			log.Log(context.Background(), level, "job finished", "state", string(state), "took", took.String(), "error", text)
+		}
 		switch state {
 		case slot.StateFailed:
 			e := slotEvent(EventFailed, claimOf(j, manual, lease), run.Attempt, run.Fence, run.RunID, text)

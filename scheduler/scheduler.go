@@ -73,9 +73,10 @@ type Scheduler struct {
 // jobState is a job of the table, ready to run.
 type jobState struct {
 	Job
-	sched Schedule
-	fn    jobs.Func
-	idx   int // its place in the table: the order of jobs due at one instant
+	sched   Schedule
+	fn      jobs.Func
+	idx     int         // its place in the table: the order of jobs due at one instant
+	metrics *jobMetrics // its metric options (telemetry)
 }
 
 // New returns a Scheduler for the jobs in opts (WithJobs), whose Funcs are in
@@ -131,6 +132,9 @@ func New(claimer Claimer, registry *jobs.Registry, opts ...Option) (*Scheduler, 
 		return nil, fmt.Errorf("scheduler: telemetry: %w", err)
 	}
 	s.tel = tel
+	for _, j := range s.jobs {
+		j.metrics = tel.metricsOf(j.Name)
+	}
 	s.table = tableOf(s.jobs)
 	return s, nil
 }
