@@ -2,10 +2,13 @@
 # What Redis spends on each command that a slot's claim and finish make, on
 # this machine: each is run 10,000 times in one Lua script (as the claim and
 # finish scripts call them), on a Redis of its own, and timed by INFO
-# commandstats (each on keys set up as a slot finds them: a finish's record,
-# lease, running set and a history of 20 entries). The sum is the floor of Redis's time per slot for slotcron's
-# protocol (a winning claim and its finish), before the scripts' own Lua
-# code and the network. Medians of ROUNDS rounds (default 5).
+# commandstats (each on keys set up as a slot finds them). The sum is the
+# floor of Redis's time per slot for slotcron's protocol (a winning claim and
+# its finish), before the scripts' own Lua code and the network: for
+# protocol 2 (this version: a record is a string, a job's state one hash)
+# and, side by side, protocol 1 (earlier versions: a record was a hash, and
+# the lease, fence, high-water mark, running set and history were keys of
+# their own). Medians of ROUNDS rounds (default 5).
 #
 #   bench/redis-floor.sh
 set -euo pipefail
@@ -33,27 +36,44 @@ add() { names+=("$1"); setups+=("$2"); scripts+=("$3"); }
 loop() { echo "for i=1,10000 do $1 end"; }
 rec="'sc:{job'..i..'}:slot:1795468959'"
 key() { echo "'sc:{job'..i..'}:$1'"; }
-# The records, leases, running sets and histories a finish finds.
+add "loop and key name only (subtracted)" "" "$(loop "local k = $rec")"
+
+# Protocol 2: the record (a string) and the job's state (a hash), as a job
+# that runs every second finds them: its last run ended, about 1 KB of ended
+# slots listed.
+ended=$(printf '17954689%02d ' $(seq 10 99) | sed 's/ $//')
+state=$(loop "redis.call('HSET', $(key state), 'lease', '', 'fence', '1795468958123456', 'last', 1795468958, 'running', '', 'ended', '$ended')")
+running_state=$(loop "redis.call('HSET', $(key state), 'lease', 'Zm9vYmFyYmF6cXV4.1 1795468959 1795468961000 replica-1', 'fence', '1795468959123456', 'last', 1795468959, 'running', '1795468959', 'ended', '$ended')")
+record2="'running 1795468959123456 1 1795468959000 0 0 job Zm9vYmFyYmF6cXV4.1 0199abcd-1234-7abc-8def-0123456789ab 1795468959 9:replica-10:0:0:0:'"
+final2="'done 1795468959123456 1 1795468959000 1795468959004 0 job Zm9vYmFyYmF6cXV4.1 0199abcd-1234-7abc-8def-0123456789ab 1795468959 9:replica-10:0:0:0:'"
+add "p2 claim: HMGET the job's state" "$state" "$(loop "redis.call('HMGET', $(key state), 'lease', 'fence', 'last', 'running', 'paused_by', 'paused_note')")"
+add "p2 claim: SET the record NX PX GET" "" "$(loop "redis.call('SET', $rec, $record2, 'NX', 'PX', 86400000, 'GET')")"
+add "p2 claim: HSET the job's state" "$state" "$(loop "redis.call('HSET', $(key state), 'lease', 'Zm9vYmFyYmF6cXV4.1 1795468959 1795468961000 replica-1', 'fence', '1795468959123456', 'running', '1795468959', 'last', 1795468959)")"
+add "p2 finish: HMGET the job's state" "$running_state" "$(loop "redis.call('HMGET', $(key state), 'lease', 'running', 'ended')")"
+add "p2 finish: SET the record PX" "$(loop "redis.call('SET', $rec, $record2, 'PX', 86400000)")" "$(loop "redis.call('SET', $rec, $final2, 'PX', 86400000)")"
+add "p2 finish: HSET the job's state" "$running_state" "$(loop "redis.call('HSET', $(key state), 'lease', '', 'running', '', 'ended', '1795468959 $ended')")"
+
+# Protocol 1: the records, leases, running sets and histories a finish finds.
 record=$(loop "redis.call('HSET', $rec, 'slot', 1795468959, 'owner', 'replica-1', 'token', 'Zm9vYmFyYmF6cXV4.1', 'attempt', 1, 'fence', '1795468959123456', 'state', 'running', 'lease', 'job', 'started', 1795468959123, 'run_id', '0199abcd-1234-7abc-8def-0123456789ab')")
 running=$(loop "redis.call('ZADD', $(key running), 1795468959, 1795468959)")
 lease=$(loop "redis.call('SET', $(key lease), 'Zm9vYmFyYmF6cXV4.1 1795468959 replica-1')")
 history=$(loop "for n=1,20 do redis.call('XADD', $(key runs), 'MAXLEN', '~', 1000, '*', 'slot', 1795468900 + n, 'event', 'done', 'replica', 'replica-1', 'attempt', '1', 'error', '') end")
 last=$(loop "redis.call('ZADD', $(key last), 1795468958, 'last')")
-add "loop and key name only (subtracted)" "" "$(loop "local k = $rec")"
-add "claim: HMGET the record (none)" "" "$(loop "redis.call('HMGET', $rec, 'owner','state','token','fence','attempt','run_id')")"
-add "claim: HMGET the pause (none)" "" "$(loop "redis.call('HMGET', $(key paused), 'note', 'by')")"
-add "claim: SET the lease NX PX" "" "$(loop "redis.call('SET', $(key lease), 'Zm9vYmFyYmF6cXV4.1 1795468959 replica-1', 'PX', 15000, 'NX')")"
-add "claim: SET the fence GET" "" "$(loop "redis.call('SET', $(key fence), '1795468959123456', 'GET')")"
-add "claim: HSET the record (9 fields)" "" "$record"
-add "claim: PEXPIRE the record" "$record" "$(loop "redis.call('PEXPIRE', $rec, 86400000)")"
-add "claim: ZADD GT the high-water mark" "$last" "$(loop "redis.call('ZADD', $(key last), 'GT', 1795468959, 'last')")"
-add "claim: ZADD the running set" "" "$running"
-add "finish: HMGET the record" "$record" "$(loop "redis.call('HMGET', $rec, 'token', 'state', 'slot', 'attempt')")"
-add "finish: HSET the record (4 fields)" "$record" "$(loop "redis.call('HSET', $rec, 'state', 'done', 'finished', 1795468959200, 'error', '', 'result', '')")"
-add "finish: ZREM the running set" "$running" "$(loop "redis.call('ZREM', $(key running), 1795468959)")"
-add "finish: GET the lease" "$lease" "$(loop "redis.call('GET', $(key lease))")"
-add "finish: DEL the lease" "$lease" "$(loop "redis.call('DEL', $(key lease))")"
-add "finish: XADD the history" "$history" "$(loop "redis.call('XADD', $(key runs), 'MAXLEN', '~', 1000, '*', 'slot', 1795468959, 'event', 'done', 'replica', 'replica-1', 'attempt', '1', 'error', '')")"
+add "p1 claim: HMGET the record (none)" "" "$(loop "redis.call('HMGET', $rec, 'owner','state','token','fence','attempt','run_id')")"
+add "p1 claim: HMGET the pause (none)" "" "$(loop "redis.call('HMGET', $(key paused), 'note', 'by')")"
+add "p1 claim: SET the lease NX PX" "" "$(loop "redis.call('SET', $(key lease), 'Zm9vYmFyYmF6cXV4.1 1795468959 replica-1', 'PX', 15000, 'NX')")"
+add "p1 claim: SET the fence GET" "" "$(loop "redis.call('SET', $(key fence), '1795468959123456', 'GET')")"
+add "p1 claim: HSET the record (9 fields)" "" "$record"
+add "p1 claim: PEXPIRE the record" "$record" "$(loop "redis.call('PEXPIRE', $rec, 86400000)")"
+add "p1 claim: ZADD GT the high-water mark" "$last" "$(loop "redis.call('ZADD', $(key last), 'GT', 1795468959, 'last')")"
+add "p1 claim: ZADD the running set" "" "$running"
+add "p1 finish: HMGET the record" "$record" "$(loop "redis.call('HMGET', $rec, 'token', 'state', 'slot', 'attempt')")"
+add "p1 finish: HSET the record (4 fields)" "$record" "$(loop "redis.call('HSET', $rec, 'state', 'done', 'finished', 1795468959200, 'error', '', 'result', '')")"
+add "p1 finish: PEXPIRE the record" "$record" "$(loop "redis.call('PEXPIRE', $rec, 86400000)")"
+add "p1 finish: ZREM the running set" "$running" "$(loop "redis.call('ZREM', $(key running), 1795468959)")"
+add "p1 finish: GET the lease" "$lease" "$(loop "redis.call('GET', $(key lease))")"
+add "p1 finish: DEL the lease" "$lease" "$(loop "redis.call('DEL', $(key lease))")"
+add "p1 finish: XADD the history" "$history" "$(loop "redis.call('XADD', $(key runs), 'MAXLEN', '~', 1000, '*', 'slot', 1795468959, 'event', 'done', 'replica', 'replica-1', 'attempt', '1', 'error', '')")"
 
 declare -a med
 for i in "${!names[@]}"; do
@@ -62,14 +82,15 @@ done
 base=${med[0]}
 echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), Redis $(redis-server --version | awk '{ print $3 }' | cut -d= -f2)"
 echo "Redis µs per call from Lua, median of $rounds rounds of 10,000, less the loop's own cost ($base µs):"
-claim=0 finish=0
+declare -A sum
 for i in "${!names[@]}"; do
   [ "$i" -eq 0 ] && continue
   v=$(echo "${med[i]} - $base" | bc -l)
   printf "  %-40s %6.2f\n" "${names[i]}" "$v"
-  case ${names[i]} in
-    claim:*) claim=$(echo "$claim + $v" | bc -l) ;;
-    finish:*) finish=$(echo "$finish + $v" | bc -l) ;;
-  esac
+  part=$(echo "${names[i]}" | cut -d: -f1) # "p2 claim", "p1 finish", ...
+  sum[$part]=$(echo "${sum[$part]:-0} + $v" | bc -l)
 done
-printf "  %-40s %6.2f\n  %-40s %6.2f\n  %-40s %6.2f\n" "a winning claim's commands" "$claim" "its finish's commands" "$finish" "one slot, claim and finish" "$(echo "$claim + $finish" | bc -l)"
+for p in p2 p1; do
+  printf "protocol %s: a winning claim's commands %6.2f, its finish's %6.2f, one slot %6.2f\n" "${p#p}" \
+    "${sum["$p claim"]}" "${sum["$p finish"]}" "$(echo "${sum["$p claim"]} + ${sum["$p finish"]}" | bc -l)"
+done
