@@ -53,7 +53,8 @@ func (h *harness) olderReplica(id string) (leave func()) {
 // TestOlderProtocolHoldsTheStart: an upgrade from slot protocol 1, whose
 // replicas keep a record as a hash and the job's lease, fence, high-water
 // mark and running set under keys of their own. While one of them is live
-// the new replica claims nothing and reads nothing in; once it has left, the
+// the new replica claims nothing and reads nothing in, but has measured its
+// clock (so that it reports ready); once it has left, the
 // new replica takes in what it left (its running slot, whose lease lapsed
 // when it died, is settled: abandoned), records the slots nobody ran while it
 // waited (catchup last: the latest runs, and may hold the job through the
@@ -75,7 +76,7 @@ func TestOlderProtocolHoldsTheStart(t *testing.T) {
 		leave := h.olderReplica("old-1")
 
 		var buf lines
-		h.start("new", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}),
+		r := h.start("new", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}),
 			[]scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 2 * time.Second}},
 			scheduler.WithHeartbeatEvery(time.Second),
 			scheduler.WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))))
@@ -88,6 +89,12 @@ func TestOlderProtocolHoldsTheStart(t *testing.T) {
 			if r, ok := h.record("j", at); ok {
 				t.Fatalf("slot %d recorded %s while a replica of protocol 1 was live", at, r.State)
 			}
+		}
+		// It is ready all the same (the worker's /readyz asks for a measured
+		// clock): a rolling update that waits for new pods to be ready
+		// before it stops old ones would otherwise never end.
+		if _, measured := r.s.Offset(); !measured {
+			t.Fatal("while it waits for the older replica to leave, its clock offset is not measured: it would never be ready")
 		}
 		if typ := h.rdb.Type(ctx, rec).Val(); typ != "hash" {
 			t.Fatalf("protocol 1's running record was touched (now a %s) while its replica was live", typ)

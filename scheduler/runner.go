@@ -89,7 +89,7 @@ func (r *runner) run(ctx context.Context) error {
 	go func() { defer bgWG.Done(); r.finisher.loop(bg) }()
 
 	err := r.register(ctx)
-	if err == nil && r.awaitProtocol(ctx) && r.startup(ctx) {
+	if err == nil && r.startup(ctx) {
 		bgWG.Add(2)
 		go func() { defer bgWG.Done(); r.s.clockLoop(ctx) }()
 		go func() { defer bgWG.Done(); r.heartbeatLoop(ctx) }()

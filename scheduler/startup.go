@@ -28,37 +28,31 @@ func (r *runner) awaitProtocol(ctx context.Context) bool {
 	return ctx.Err() == nil
 }
 
-// startup readies the protocol, measures the clock and plans every job,
-// retrying until Redis answers; false when ctx ended first.
+// startupStep is one step of startup, retried until Redis answers.
+type startupStep struct {
+	what string
+	do   func(context.Context) error
+}
+
+// startup readies the protocol, measures the clock, waits while replicas of
+// an older protocol are live (with its clock measured, this replica reports
+// ready meanwhile, so that a rolling update goes on and stops them), and
+// plans every job, retrying each step until Redis answers; false when ctx
+// ended first.
 func (r *runner) startup(ctx context.Context) bool {
 	var states map[string]slot.JobState
-	steps := []struct {
-		what string
-		do   func(context.Context) error
-	}{
+	ready := []startupStep{
 		{"load scripts", r.s.claimer.Prepare},
 		{"measure the clock against Redis", r.s.probe},
+	}
+	read := []startupStep{
 		{"read the jobs' latest and running slots", func(ctx context.Context) (err error) {
 			states, err = r.s.claimer.JobStates(ctx, r.s.jobNames())
 			return err
 		}},
 	}
-	for _, st := range steps {
-		for tries := 0; ; tries++ {
-			sctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
-			err := st.do(sctx)
-			cancel()
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return false
-			}
-			r.log.Error("scheduler start: cannot "+st.what+"; retrying", "error", err)
-			if !r.sleep(ctx, backoff(tries)) {
-				return false
-			}
-		}
+	if !r.steps(ctx, ready) || !r.awaitProtocol(ctx) || !r.steps(ctx, read) {
+		return false
 	}
 	start := r.clock.Now()
 	for _, j := range r.s.jobs {
@@ -92,5 +86,28 @@ func (r *runner) startup(ctx context.Context) bool {
 		}
 	}
 	r.log.Info("scheduler started", "jobs", len(r.s.jobs))
+	return true
+}
+
+// steps runs each step in turn, retrying a step until Redis answers; false
+// when ctx ended first.
+func (r *runner) steps(ctx context.Context, steps []startupStep) bool {
+	for _, st := range steps {
+		for tries := 0; ; tries++ {
+			sctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+			err := st.do(sctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return false
+			}
+			r.log.Error("scheduler start: cannot "+st.what+"; retrying", "error", err)
+			if !r.sleep(ctx, backoff(tries)) {
+				return false
+			}
+		}
+	}
 	return true
 }
