@@ -5,7 +5,8 @@
 # commandstats (each on keys set up as a slot finds them). The sum is the
 # floor of Redis's time per slot for slotcron's protocol (a winning claim and
 # its finish), before the scripts' own Lua code and the network: for
-# protocol 2 (this version: a record is a string, a job's state one hash)
+# protocol 2 (this version: a record is a string, a job's state one hash,
+# its ring of ended slots another)
 # and, side by side, protocol 1 (earlier versions: a record was a hash, and
 # the lease, fence, high-water mark, running set and history were keys of
 # their own). Medians of ROUNDS rounds (default 5).
@@ -38,20 +39,21 @@ rec="'sc:{job'..i..'}:slot:1795468959'"
 key() { echo "'sc:{job'..i..'}:$1'"; }
 add "loop and key name only (subtracted)" "" "$(loop "local k = $rec")"
 
-# Protocol 2: the record (a string) and the job's state (a hash), as a job
-# that runs every second finds them: its last run ended, about 1 KB of ended
-# slots listed.
-ended=$(printf '17954689%02d ' $(seq 10 99) | sed 's/ $//')
-state=$(loop "redis.call('HSET', $(key state), 'lease', '', 'fence', '1795468958123456', 'last', 1795468958, 'running', '', 'ended', '$ended')")
-running_state=$(loop "redis.call('HSET', $(key state), 'lease', 'Zm9vYmFyYmF6cXV4.1 1795468959 1795468961000 replica-1', 'fence', '1795468959123456', 'last', 1795468959, 'running', '1795468959', 'ended', '$ended')")
+# Protocol 2: the record (a string), the job's state (a hash) and its ring
+# of the 32 slots that ended last (a hash), as a job that runs every second
+# finds them: its last run ended, its ring full.
+ring=$(loop "for n=0,31 do redis.call('HSET', $(key ended), n, '17954689'..(n+20)) end")
+state=$(loop "redis.call('HSET', $(key state), 'lease', '', 'fence', '1795468958123456', 'last', 1795468958, 'running', '', 'ends', 90)")
+running_state=$(loop "redis.call('HSET', $(key state), 'lease', 'Zm9vYmFyYmF6cXV4.1 1795468959 1795468961000 replica-1', 'fence', '1795468959123456', 'last', 1795468959, 'running', '1795468959', 'ends', 90)")
 record2="'running 1795468959123456 1 1795468959000 0 0 job Zm9vYmFyYmF6cXV4.1 0199abcd-1234-7abc-8def-0123456789ab 1795468959 9:replica-10:0:0:0:'"
 final2="'done 1795468959123456 1 1795468959000 1795468959004 0 job Zm9vYmFyYmF6cXV4.1 0199abcd-1234-7abc-8def-0123456789ab 1795468959 9:replica-10:0:0:0:'"
-add "p2 claim: HMGET the job's state" "$state" "$(loop "redis.call('HMGET', $(key state), 'lease', 'fence', 'last', 'running', 'paused_by', 'paused_note')")"
+add "p2 claim: HMGET the job's state" "$state" "$(loop "redis.call('HMGET', $(key state), 'lease', 'fence', 'last', 'running', 'paused_by', 'paused_note', 'ends')")"
 add "p2 claim: SET the record NX PX GET" "" "$(loop "redis.call('SET', $rec, $record2, 'NX', 'PX', 86400000, 'GET')")"
 add "p2 claim: HSET the job's state" "$state" "$(loop "redis.call('HSET', $(key state), 'lease', 'Zm9vYmFyYmF6cXV4.1 1795468959 1795468961000 replica-1', 'fence', '1795468959123456', 'running', '1795468959', 'last', 1795468959)")"
-add "p2 finish: HMGET the job's state" "$running_state" "$(loop "redis.call('HMGET', $(key state), 'lease', 'running', 'ended')")"
+add "p2 finish: HMGET the job's state" "$running_state" "$(loop "redis.call('HMGET', $(key state), 'lease', 'running', 'ends')")"
 add "p2 finish: SET the record PX" "$(loop "redis.call('SET', $rec, $record2, 'PX', 86400000)")" "$(loop "redis.call('SET', $rec, $final2, 'PX', 86400000)")"
-add "p2 finish: HSET the job's state" "$running_state" "$(loop "redis.call('HSET', $(key state), 'lease', '', 'running', '', 'ended', '1795468959 $ended')")"
+add "p2 finish: HSET the job's state" "$running_state" "$(loop "redis.call('HSET', $(key state), 'lease', '', 'running', '', 'ends', 91)")"
+add "p2 finish: HSET the ended ring" "$ring" "$(loop "redis.call('HSET', $(key ended), 26, '1795468959')")"
 
 # Protocol 1: the records, leases, running sets and histories a finish finds.
 record=$(loop "redis.call('HSET', $rec, 'slot', 1795468959, 'owner', 'replica-1', 'token', 'Zm9vYmFyYmF6cXV4.1', 'attempt', 1, 'fence', '1795468959123456', 'state', 'running', 'lease', 'job', 'started', 1795468959123, 'run_id', '0199abcd-1234-7abc-8def-0123456789ab')")

@@ -110,11 +110,11 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 	index := map[claimProfile]int{}
 	var profiles []any
 	perClaim := make([]any, 0, 5*len(g))
-	keys := make([]string, 0, 2*len(g))
+	keys := make([]string, 0, 3*len(g))
 	for k, i := range g {
 		c := claims[i]
 		ref, record := s.target(c)
-		keys = append(keys, record, s.stateKey(c.Job))
+		keys = append(keys, record, s.stateKey(c.Job), s.ringKey(c.Job))
 		p := claimProfile{ttl: c.LeaseTTL.Milliseconds(), retention: c.Retention.Milliseconds(),
 			overlap: "skip", mode: claimModes[c.Kind], reason: c.Reason, early: c.MaxEarly.Milliseconds()}
 		if c.Manual != nil {
@@ -159,7 +159,7 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 // takeoverCall is one takeover.lua call for the takeovers at indexes g. It
 // sets their tokens and run IDs.
 func (s *Store) takeoverCall(claims []slot.Claim, tokens, runIDs []string, g []int) call {
-	keys := make([]string, 0, 2*len(g))
+	keys := make([]string, 0, 3*len(g))
 	args := make([]any, 0, 1+7*len(g))
 	args = append(args, claims[g[0]].Replica)
 	for _, i := range g {
@@ -169,7 +169,7 @@ func (s *Store) takeoverCall(claims []slot.Claim, tokens, runIDs []string, g []i
 			tokens[i] = rediskit.NewToken()
 		}
 		ref, record := s.target(c)
-		keys = append(keys, record, s.stateKey(c.Job))
+		keys = append(keys, record, s.stateKey(c.Job), s.ringKey(c.Job))
 		policy := "abandon"
 		if c.Retry {
 			policy = "retry"

@@ -15,8 +15,8 @@
 //	<prefix>:{<job>}:state         the job's state (a hash): its lease ("<token>
 //	                               <slot> <until_ms> <replica>"), a slot's own
 //	                               lease when overlap is allowed, its fence, its
-//	                               latest slot with a record, its running and
-//	                               recently ended slots, its pause
+//	                               latest slot with a record, its running
+//	                               slots, the 32 that ended last, its pause
 //
 // A record is "<state> <fence> <attempt> <started> <finished> <at> <lease>
 // <token> <run_id> <slot> " and five texts (owner, error, result, and a

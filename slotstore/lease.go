@@ -164,11 +164,11 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 	}
 	calls := make([]call, len(groups))
 	for gi, g := range groups {
-		c := call{script: finishScript, keys: make([]string, 0, 2*len(g)), args: make([]any, 0, 6*len(g))}
+		c := call{script: finishScript, keys: make([]string, 0, 3*len(g)), args: make([]any, 0, 6*len(g))}
 		for _, i := range g {
 			l := leases[i]
 			head, tail := l.runFinal(reqs[i].State, reqs[i].Error, reqs[i].Result)
-			c.keys = append(c.keys, l.record, l.state)
+			c.keys = append(c.keys, l.record, l.state, s.ringKey(l.job))
 			c.args = append(c.args, l.token, l.ref, l.kind(), head, tail, l.retention.Milliseconds())
 		}
 		calls[gi] = c

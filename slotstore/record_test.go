@@ -85,3 +85,37 @@ func sameRecord(a, b slot.Record) bool {
 		a.Fence == b.Fence && a.Started.Equal(b.Started) && a.Finished.Equal(b.Finished) && a.Error == b.Error &&
 		a.RunID == b.RunID && a.Result == b.Result
 }
+
+// TestRecordsListsTheLast32Ended: the job's state keeps the 32 slots that
+// ended last in a ring; after 40 runs and a slot recorded missed, Records
+// lists the running one and the 32 newest ended, newest first.
+func TestRecordsListsTheLast32Ended(t *testing.T) {
+	_, _, s := newSlots(t)
+	ctx := context.Background()
+	base := time.Unix(1_700_008_000, 0)
+	for i := range 40 {
+		r := claimOne(t, s, live("ring", base.Add(time.Duration(i)*time.Second), "r1"))
+		if err := finish(s, r.Lease, slot.StateDone, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	miss := live("ring", base.Add(40*time.Second), "r1")
+	miss.Kind = slot.ClaimMiss
+	claimOne(t, s, miss)
+	claimOne(t, s, live("ring", base.Add(41*time.Second), "r1")) // running
+	recs, err := s.Records(ctx, "ring", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 33 {
+		t.Fatalf("Records lists %d slots, want 33 (the running one and 32 ended)", len(recs))
+	}
+	for i, r := range recs {
+		if want := base.Add(time.Duration(41-i) * time.Second); !r.Slot.Equal(want) {
+			t.Fatalf("record %d is of slot %v, want %v", i, r.Slot.Unix(), want.Unix())
+		}
+	}
+	if recs[0].State != slot.StateRunning || recs[1].State != slot.StateMissed || recs[2].State != slot.StateDone {
+		t.Fatalf("newest records: %s, %s, %s", recs[0].State, recs[1].State, recs[2].State)
+	}
+}

@@ -42,7 +42,7 @@ func (s *Store) JobStates(ctx context.Context, jobs []string) (map[string]slot.J
 		for _, i := range g {
 			job, refs := jobs[i], older[i].Val()
 			c.keys = append(c.keys, s.stateKey(job), s.v1LeaseKey(job), s.v1FenceKey(job), s.v1LastKey(job),
-				s.v1RunningKey(job), s.v1PausedKey(job), s.v1RunsKey(job))
+				s.v1RunningKey(job), s.v1PausedKey(job), s.v1RunsKey(job), s.ringKey(job))
 			c.args = append(c.args, len(refs))
 			for _, ref := range refs {
 				c.keys = append(c.keys, s.refKey(job, ref), s.v1SlotLeaseKey(job, ref))
@@ -171,28 +171,35 @@ func (s *Store) ManualRecord(ctx context.Context, job, id string) (rec slot.Reco
 	return recs[0], oks[0], nil
 }
 
+// endedRing is how many ended slots a job's state keeps (record_lib.lua's
+// ended_ring): Records lists at most that many besides the running ones.
+const endedRing = 32
+
 // Records returns the job's latest slot records, newest first, at most n:
-// the slots running now and those that ended last (the job's state keeps
-// the latest, about 1 KB of them: 90 scheduled slots, fewer manual ones),
-// whose records are still kept. Two round trips.
+// the slots running now and the 32 that ended last (the job's state keeps
+// a ring of them), whose records are still kept. Two round trips.
 func (s *Store) Records(ctx context.Context, job string, n int) ([]slot.Record, error) {
 	if err := checkJob(job); err != nil {
 		return nil, err
 	}
 	pipe := s.rdb.Pipeline()
-	lists := pipe.HMGet(ctx, s.stateKey(job), "running", "ended")
+	state := pipe.HMGet(ctx, s.stateKey(job), "running", "ends")
+	ring := pipe.HGetAll(ctx, s.ringKey(job))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("slotstore: reading the state of %s: %w", job, err)
 	}
-	var refs []string
+	running, _ := state.Val()[0].(string)
+	count, _ := state.Val()[1].(string)
+	refs := strings.Fields(running)
 	seen := map[string]bool{}
-	for _, v := range lists.Val() {
-		list, _ := v.(string)
-		for _, ref := range strings.Fields(list) {
-			if !seen[ref] {
-				seen[ref] = true
-				refs = append(refs, ref)
-			}
+	for _, ref := range refs {
+		seen[ref] = true
+	}
+	ends, _ := strconv.Atoi(count)
+	for k := range min(ends, endedRing) { // newest first
+		if ref := ring.Val()[strconv.Itoa((ends-1-k)%endedRing)]; ref != "" && !seen[ref] {
+			seen[ref] = true
+			refs = append(refs, ref)
 		}
 	}
 	found, ok, err := s.readRecords(ctx, job, refs)

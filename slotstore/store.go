@@ -29,7 +29,8 @@ type Client interface {
 //	<prefix>:{<job>}:manual:<id>   a manual slot's record, the same
 //	<prefix>:{<job>}:state         the job's state (a hash): its lease (and its
 //	                               slots' own, when overlap is allowed), fence,
-//	                               high-water mark, running and ended slots, pause
+//	                               high-water mark, running slots, pause
+//	<prefix>:{<job>}:ended         the 32 slots that ended last (a hash, a ring)
 //
 // A slot starts at most once: the claim script writes its record, and no
 // finish ever deletes it. All times that decide anything (deadlines, record
@@ -171,6 +172,7 @@ func RecordKeyOf(prefix string, run jobs.Run) string {
 }
 
 func (s *Store) stateKey(job string) string { return s.jobKey(job, "state") }
+func (s *Store) ringKey(job string) string  { return s.jobKey(job, "ended") }
 
 // The keys of protocol 1, which JobStates reads in (jobstates.lua) and Pause
 // keeps in step, for replicas of the older version while a deployment

@@ -4,11 +4,13 @@
 -- Redis, and one call per hash slot on a Cluster.) record_lib.lua, prepended,
 -- has the record's format and the job state's fields.
 --
--- KEYS     2 per claim, claim i at KEYS[2*i-1], KEYS[2*i]:
+-- KEYS     3 per claim, claim i at KEYS[3*i-2 .. 3*i]:
 --   +1  the slot record: a string, kept for the retention and never deleted
 --       by a finish, so a finished slot stays closed (a protocol-1 record, a
 --       hash, counts as a record too)
---   +2  the job's state: a hash (lease, fence, last, running, ended, pause)
+--   +2  the job's state: a hash (lease, fence, last, running, ends, pause)
+--   +3  the job's ended ring: a hash (a slot recorded missed, skipped or
+--       paused has ended)
 -- ARGV[1]  the replica ID
 -- ARGV[2]  the number of profiles, P
 -- ARGV     then 8 per profile (what claims of one job share), profile p
@@ -119,28 +121,29 @@ end
 
 -- close records a slot that will not run (missed, skipped or paused), unless
 -- it has a record: nil when recorded, else the record found.
-local function close(rec, st, j, ref, manual, at, retention, state, why, by, note)
+local function close(rec, st, ring, j, ref, manual, at, retention, state, why, by, note)
   local r = create(rec, record(state, '0', 0, 0, now, at, '-', '-', '-', ref, replica, why, '', by, note), retention)
   if r then
     return r
   end
-  local ended = ended_with(redis.call('HGET', st, 'ended'), ref)
+  local ef, ends = ended_at(j[7])
+  redis.call('HSET', ring, ef, ref)
   if not manual and tonumber(ref) > (tonumber(j[3]) or 0) then
-    redis.call('HSET', st, 'ended', ended, 'last', ref)
+    redis.call('HSET', st, 'ends', ends, 'last', ref)
   else
-    redis.call('HSET', st, 'ended', ended)
+    redis.call('HSET', st, 'ends', ends)
   end
   return nil
 end
 
-local function claim(rec, st, ref, deadline, p, token, tail)
+local function claim(rec, st, ring, ref, deadline, p, token, tail)
   local ttl, retention, skip, mode, reason, early, by, note = p[1], p[2], p[3] == 'skip', p[4], p[5], p[6], p[7], p[8]
   local manual = string.sub(ref, 1, 2) == 'm:'
   local lf = 'lease'
   if not skip then
     lf = 'lease:' .. ref
   end
-  local j = redis.call('HMGET', st, lf, 'fence', 'last', 'running', 'paused_by', 'paused_note')
+  local j = redis.call('HMGET', st, lf, 'fence', 'last', 'running', 'paused_by', 'paused_note', 'ends')
   local ltok, lref, luntil, lholder = lease_of(j[1])
   local late, at = 0, 0
   if manual then
@@ -150,7 +153,7 @@ local function claim(rec, st, ref, deadline, p, token, tail)
   end
 
   if mode == 'miss' or (mode == 'expire' and now > tonumber(deadline)) then
-    local r = close(rec, st, j, ref, manual, at, retention, 'missed', reason, by, note)
+    local r = close(rec, st, ring, j, ref, manual, at, retention, 'missed', reason, by, note)
     if r then
       return answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
     end
@@ -172,14 +175,14 @@ local function claim(rec, st, ref, deadline, p, token, tail)
     if j[6] and j[6] ~= '' then
       why = why .. ': ' .. j[6]
     end
-    local r = close(rec, st, j, ref, manual, at, retention, 'paused', why, by, note)
+    local r = close(rec, st, ring, j, ref, manual, at, retention, 'paused', why, by, note)
     if r then
       return answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
     end
     return {'paused', why}
   end
   if live and now > tonumber(deadline) then
-    local r = close(rec, st, j, ref, manual, at, retention, 'missed', reason .. ': ' .. late .. 'ms after the slot, past the misfire grace', by, note)
+    local r = close(rec, st, ring, j, ref, manual, at, retention, 'missed', reason .. ': ' .. late .. 'ms after the slot, past the misfire grace', by, note)
     if r then
       return answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
     end
@@ -193,7 +196,7 @@ local function claim(rec, st, ref, deadline, p, token, tail)
     if mode == 'wait' or mode == 'ahead' then
       return {'busy', lholder, luntil - now, lref}
     end
-    r = close(rec, st, j, ref, manual, at, retention, 'skipped',
+    r = close(rec, st, ring, j, ref, manual, at, retention, 'skipped',
       'overlap: the run of slot ' .. lref .. ' on ' .. lholder .. ' still holds the job', by, note)
     if r then
       return answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
@@ -226,8 +229,8 @@ for p = 1, np do
   profiles[p] = {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]}
 end
 local out, first = {}, 2 + 8 * np
-for i = 1, #KEYS / 2 do
+for i = 1, #KEYS / 3 do
   local a = first + 5 * (i - 1)
-  out[i] = claim(KEYS[2 * i - 1], KEYS[2 * i], ARGV[a + 1], ARGV[a + 2], profiles[tonumber(ARGV[a + 3])], ARGV[a + 4], ARGV[a + 5])
+  out[i] = claim(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[a + 1], ARGV[a + 2], profiles[tonumber(ARGV[a + 3])], ARGV[a + 4], ARGV[a + 5])
 end
 return out

@@ -8,9 +8,10 @@
 -- its lease. Only when it does not is the record read, to see whether the
 -- run still owns it.
 --
--- KEYS     2 per run, run i at KEYS[2*i-1], KEYS[2*i]:
+-- KEYS     3 per run, run i at KEYS[3*i-2 .. 3*i]:
 --   +1  the slot record (a string)
---   +2  the job's state (a hash): the run's lease, running and ended lists
+--   +2  the job's state (a hash): the run's lease, its running slots, its count of ends
+--   +3  the job's ended ring (a hash)
 -- ARGV     6 per run, run i from ARGV[6*(i-1)+1]:
 --   +1  the run's token
 --   +2  the slot's ref (unix seconds, or "m:<id>")
@@ -28,12 +29,12 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local function finish(rec, st, token, ref, kind, head, tail, retention)
+local function finish(rec, st, ring, token, ref, kind, head, tail, retention)
   local lf = 'lease'
   if kind == 'slot' then
     lf = 'lease:' .. ref
   end
-  local j = redis.call('HMGET', st, lf, 'running', 'ended')
+  local j = redis.call('HMGET', st, lf, 'running', 'ends')
   local ltok, _, luntil = lease_of(j[1])
   if ltok ~= token or luntil <= now then -- the lease proves nothing: the record decides
     local v = redis.pcall('GET', rec)
@@ -55,23 +56,25 @@ local function finish(rec, st, token, ref, kind, head, tail, retention)
     end
   end
   redis.call('SET', rec, head .. now .. tail, 'PX', retention)
-  local running, ended = without(j[2], ref), ended_with(j[3], ref)
+  local running = without(j[2], ref)
+  local ef, ends = ended_at(j[3])
+  redis.call('HSET', ring, ef, ref)
   if kind == 'slot' then
-    redis.call('HSET', st, 'running', running, 'ended', ended)
+    redis.call('HSET', st, 'running', running, 'ends', ends)
     if ltok == token then
       redis.call('HDEL', st, lf)
     end
   elseif ltok == token then
-    redis.call('HSET', st, 'lease', '', 'running', running, 'ended', ended)
+    redis.call('HSET', st, 'lease', '', 'running', running, 'ends', ends)
   else
-    redis.call('HSET', st, 'running', running, 'ended', ended)
+    redis.call('HSET', st, 'running', running, 'ends', ends)
   end
   return {1}
 end
 
 local out = {}
-for i = 1, #KEYS / 2 do
+for i = 1, #KEYS / 3 do
   local a = 6 * (i - 1)
-  out[i] = finish(KEYS[2 * i - 1], KEYS[2 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+  out[i] = finish(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
 end
 return out

@@ -6,7 +6,7 @@
 -- them as records). Taking in twice changes nothing more. record_lib.lua,
 -- prepended, has the record's format and the job state's fields.
 --
--- KEYS     per job: 7 + 2*n, where n is ARGV's count for it:
+-- KEYS     per job: 8 + 2*n, where n is ARGV's count for it:
 --   +1  the job's state (a hash)
 --   +2  protocol 1's job lease: a string "<token> <slot> <replica>"
 --   +3  protocol 1's fence counter (a string)
@@ -14,6 +14,7 @@
 --   +5  protocol 1's running slots (a sorted set of refs)
 --   +6  protocol 1's pause (a hash: note, by, at)
 --   +7  protocol 1's run history (a stream: field "slot")
+--   +8  the job's ended ring (a hash), seeded from that history
 --   then 2 per running ref of +5 (as the caller read it): its record, its
 --   slot's own lease (protocol 1's "<prefix>:{<job>}:lease:<ref>")
 -- ARGV     per job: n, then the n refs (unix seconds, or "m:<id>")
@@ -27,7 +28,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local function read_in(k, a)
   local st = KEYS[k + 1]
-  local j = redis.call('HMGET', st, 'fence', 'last', 'running', 'ended', 'paused_by', 'v', 'lease')
+  local j = redis.call('HMGET', st, 'fence', 'last', 'running', 'ends', 'paused_by', 'v', 'lease')
   local fields = {'v', '2'}
   local fence = tonumber(j[1]) or 0
   local f1 = tonumber(redis.call('GET', KEYS[k + 3]) or '0') or 0
@@ -45,7 +46,7 @@ local function read_in(k, a)
   local held = jt and ju > now -- the job's lease, held by a protocol-2 run
   local n = tonumber(ARGV[a + 1])
   for i = 1, n do
-    local ref, rec, slotlease = ARGV[a + 1 + i], KEYS[k + 7 + 2 * i - 1], KEYS[k + 7 + 2 * i]
+    local ref, rec, slotlease = ARGV[a + 1 + i], KEYS[k + 8 + 2 * i - 1], KEYS[k + 8 + 2 * i]
     if redis.call('TYPE', rec).ok == 'hash' then
       local h = {}
       local all = redis.call('HGETALL', rec)
@@ -93,26 +94,23 @@ local function read_in(k, a)
       fields[#fields + 1], fields[#fields + 2] = 'paused_at', p[3] or '0'
     end
   end
-  if not j[4] then
-    local ended, seen = '', {}
+  if not j[4] then -- the ended ring, from the history: oldest first, so that the newest is last
+    local refs, seen = {}, {}
     for _, e in ipairs(redis.call('XREVRANGE', KEYS[k + 7], '+', '-', 'COUNT', 200)) do
       local f = e[2]
       for x = 1, #f, 2 do
-        if f[x] == 'slot' and not seen[f[x + 1]] and not has(running, f[x + 1]) then
+        if f[x] == 'slot' and not seen[f[x + 1]] and not has(running, f[x + 1]) and #refs < ended_ring then
           seen[f[x + 1]] = true
-          if ended == '' then
-            ended = f[x + 1]
-          else
-            ended = ended .. ' ' .. f[x + 1]
-          end
+          refs[#refs + 1] = f[x + 1]
         end
       end
     end
-    if #ended > 1024 then
-      ended = string.sub(ended, 1, (string.find(ended, ' ', 1000, true) or 1025) - 1)
-    end
-    if ended ~= '' then
-      fields[#fields + 1], fields[#fields + 2] = 'ended', ended
+    for i = #refs, 1, -1 do
+      local ef, ends = ended_at(#refs - i)
+      redis.call('HSET', KEYS[k + 8], ef, refs[i])
+      if i == 1 then
+        fields[#fields + 1], fields[#fields + 2] = 'ends', ends
+      end
     end
   end
   if j[6] ~= '2' or #fields > 2 then
@@ -125,6 +123,6 @@ local out, k, a = {}, 0, 0
 while k < #KEYS do
   local n = tonumber(ARGV[a + 1])
   out[#out + 1] = read_in(k, a)
-  k, a = k + 7 + 2 * n, a + 1 + n
+  k, a = k + 8 + 2 * n, a + 1 + n
 end
 return out

@@ -17,7 +17,12 @@
 --   fence        the job's last fencing token
 --   last         the latest scheduled slot (unix s) that has a record
 --   running      the refs of the slots whose records are running, space-separated
---   ended        the refs of the slots that ended last, newest first, about 1 KB
+--   ends         how many of its slots have ended (a record closed)
+-- and the 32 slots that ended last are a ring beside it, <prefix>:{<job>}:ended:
+-- a hash whose field n (0..31) is the ref of the slot that ended when ends
+-- was n, modulo 32. A ring of its own keeps the state small (Redis keeps a
+-- small hash as a list, where every field read is a scan), and recording an
+-- end reads nothing of it.
 --   paused_by, paused_note, paused_at   the job's pause, while it stands
 --   v            "2" once the job's protocol-1 keys were read in (jobstates.lua)
 
@@ -110,20 +115,14 @@ local function without(list, ref)
   return before .. after
 end
 
--- ended_with returns the list of ended slots with ref in front, cut at a
--- space past 1,000 bytes.
-local function ended_with(list, ref)
-  local l = ref
-  if list and list ~= '' then
-    l = ref .. ' ' .. list
-  end
-  if #l > 1024 then
-    local cut = string.find(l, ' ', 1000, true)
-    if cut then
-      l = string.sub(l, 1, cut - 1)
-    end
-  end
-  return l
+-- ended_ring is how many ended slots the job's state keeps.
+local ended_ring = 32
+
+-- ended_at returns the field of the ended ring where the next end goes, for
+-- a job whose state says ends (its count of ends, or nil), and the new count.
+local function ended_at(ends)
+  local n = tonumber(ends) or 0
+  return n % ended_ring, n + 1
 end
 
 -- next_fence returns the job's next fencing token: one more than its last,

@@ -7,9 +7,10 @@
 -- settles any number of slots, each on its own, in order. record_lib.lua,
 -- prepended, has the record's format and the job state's fields.
 --
--- KEYS     2 per slot, slot i at KEYS[2*i-1], KEYS[2*i]:
+-- KEYS     3 per slot, slot i at KEYS[3*i-2 .. 3*i]:
 --   +1  the slot record (a string; its lease word names the lease)
---   +2  the job's state (a hash): the leases, fence, running and ended lists
+--   +2  the job's state (a hash): the leases, fence, running slots, count of ends
+--   +3  the job's ended ring (a hash)
 -- ARGV[1]  the replica ID
 -- ARGV     then 7 per slot, slot i from ARGV[1+7*(i-1)+1]:
 --   +1  the token for the new attempt
@@ -43,7 +44,7 @@ local function unlist(st, ref)
   end
 end
 
-local function settle(rec, st, token, ref, ttl, retention, policy, limit, run_id)
+local function settle(rec, st, ring, token, ref, ttl, retention, policy, limit, run_id)
   local v = redis.pcall('GET', rec)
   if type(v) == 'table' then -- a protocol-1 record, which jobstates.lua left as it was
     local h = redis.call('HMGET', rec, 'state', 'owner')
@@ -70,7 +71,7 @@ local function settle(rec, st, token, ref, ttl, retention, policy, limit, run_id
   if r.lease == 'slot' then
     lf = 'lease:' .. ref
   end
-  local j = redis.call('HMGET', st, lf, 'fence', 'running', 'ended')
+  local j = redis.call('HMGET', st, lf, 'fence', 'running', 'ends')
   local ltok, lref, luntil, lholder = lease_of(j[1])
   if ltok == r.token and luntil > now then
     return {'alive', luntil - now}
@@ -95,7 +96,9 @@ local function settle(rec, st, token, ref, ttl, retention, policy, limit, run_id
   end
   redis.call('SET', rec, record('abandoned', fs, attempt, r.started, now, r.at, r.lease, r.token, r.run_id, ref, r.owner,
     why, r.result, r.by, r.note), 'PX', retention)
-  redis.call('HSET', st, 'fence', fs, 'running', without(j[3], ref), 'ended', ended_with(j[4], ref))
+  local ef, ends = ended_at(j[4])
+  redis.call('HSET', ring, ef, ref)
+  redis.call('HSET', st, 'fence', fs, 'running', without(j[3], ref), 'ends', ends)
   if r.lease == 'slot' and ltok then -- its own lease, lapsed
     redis.call('HDEL', st, lf)
   end
@@ -103,8 +106,8 @@ local function settle(rec, st, token, ref, ttl, retention, policy, limit, run_id
 end
 
 local out = {}
-for i = 1, #KEYS / 2 do
+for i = 1, #KEYS / 3 do
   local a = 1 + 7 * (i - 1)
-  out[i] = settle(KEYS[2 * i - 1], KEYS[2 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7])
+  out[i] = settle(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7])
 end
 return out
