@@ -28,7 +28,7 @@ out=$(mktemp)
 trap 'rm -f "$out" "$out.test"' EXIT
 go test -c -o "$out.test" ./scheduler
 for ((i = 1; i <= rounds; i++)); do
-  (cd scheduler && "$out.test" -test.run '^$' -test.bench "Scale/$cells" -test.benchtime 1x -test.timeout 60m) | tee /dev/stderr | grep '^BenchmarkScale' >>"$out" || true
+  (cd scheduler && "$out.test" -test.run '^$' -test.bench "Scale/$cells" -test.benchtime 1x -test.timeout 60m) | tee -a /dev/stderr | grep '^BenchmarkScale' >>"$out" || true
 done
 
 echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(redis-server --version | awk '{ print $3 }')"
