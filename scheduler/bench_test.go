@@ -155,16 +155,13 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 			ran    = map[string]int{}   // runs per replica
 			did    = map[jobSlot]bool{} // the counted slots that started
 		)
-		// Every replica has heartbeated (at the default period, 5s) with all
-		// the others live before the first counted tick, so that spread
-		// routing sees them all (checked below): the first to start sees the
-		// others at its second heartbeat. Large tables take longer to start
-		// (each replica reads every job's state).
-		lead := scheduler.DefaultHeartbeatEvery + 2*time.Second + time.Duration(njobs*replicas)*50*time.Microsecond
-		first := time.Now().Add(lead).Truncate(time.Second).Add(time.Second)
+		// The counted ticks start once every replica has heartbeated (at the
+		// default period, 5s) with all the others live, so that spread
+		// routing sees them all: set below, read by the jobs.
+		var firstUnix atomic.Int64
 		fn := func(ctx context.Context, run jobs.Run) error {
 			d := time.Since(run.Slot)
-			if !run.Slot.Before(first) && run.Slot.Before(first.Add(time.Duration(ticks)*time.Second)) {
+			if f := firstUnix.Load(); f != 0 && run.Slot.Unix() >= f && run.Slot.Unix() < f+int64(ticks) {
 				mu.Lock()
 				delays = append(delays, d)
 				ran[run.Replica]++
@@ -199,13 +196,28 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 			go func() { s.Run(ctx); close(done) }()
 			stops = append(stops, func() { cancel(); <-done; rdb.Close() })
 		}
-		// Count over [first-100ms, first+ticks-100ms): exactly the ticks first ... first+ticks-1.
-		sleepUntil(first.Add(-100 * time.Millisecond))
-		for i, s := range scheds {
-			if reg, _ := s.Replicas(); len(reg.Replicas) != replicas {
-				b.Fatalf("before the first counted tick, r%d sees %d live replicas, want %d", i, len(reg.Replicas), replicas)
+		// Wait until every replica sees all the others (the first to start
+		// sees the rest at its second heartbeat; large tables take longer to
+		// start, as each replica reads every job's state), then count from
+		// the next whole second but one.
+		waitFrom := time.Now()
+		for deadline := waitFrom.Add(2*time.Minute + time.Duration(njobs*replicas)*50*time.Microsecond); ; time.Sleep(100 * time.Millisecond) {
+			seen := replicas
+			for _, s := range scheds {
+				reg, _ := s.Replicas()
+				seen = min(seen, len(reg.Replicas))
+			}
+			if seen == replicas {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("after %v, a replica sees %d live replicas, want %d", time.Since(waitFrom).Round(time.Second), seen, replicas)
 			}
 		}
+		first := time.Now().Truncate(time.Second).Add(2 * time.Second)
+		firstUnix.Store(first.Unix())
+		// Count over [first-100ms, first+ticks-100ms): exactly the ticks first ... first+ticks-1.
+		sleepUntil(first.Add(-100 * time.Millisecond))
 		adminOpts := srv.Options()
 		adminOpts.ReadTimeout = 30 * time.Second
 		admin := redis.NewClient(adminOpts)
