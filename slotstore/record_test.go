@@ -119,3 +119,72 @@ func TestRecordsListsTheLast32Ended(t *testing.T) {
 		t.Fatalf("newest records: %s, %s, %s", recs[0].State, recs[1].State, recs[2].State)
 	}
 }
+
+// TestRunningListWithOverlap: with overlap allowed, three slots of a job run
+// at once and the oldest ends first; the job's state lists exactly the two
+// still running, and checks on the ended one leave the list as it is.
+func TestRunningListWithOverlap(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	base := time.Unix(1_700_009_000, 0)
+	var leases []slot.Lease
+	for i := range 3 {
+		c := live("par", base.Add(time.Duration(i)*time.Second), "r1")
+		c.AllowOverlap = true
+		leases = append(leases, claimOne(t, s, c).Lease)
+	}
+	if err := finish(s, leases[0], slot.StateDone, ""); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if r := claimOne(t, s, takeover("par", base, "r2", false, 1)); r.Outcome != slot.OutcomeClosed {
+			t.Fatalf("check on the ended slot: %+v", r)
+		}
+	}
+	st, err := s.JobStates(ctx, []string{"par"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := st["par"].Running; len(r) != 2 || !r[0].Equal(base.Add(time.Second)) || !r[1].Equal(base.Add(2*time.Second)) {
+		t.Fatalf("running after the oldest ended: %v (state: %q)", r, rdb.HGet(ctx, stateKey(s, "par"), "running").Val())
+	}
+}
+
+// TestRetriedTakeoverRestoresItsLease: a takeover sent again with its token
+// (its reply was lost, and its lease lapsed meanwhile) is won again with its
+// lease's TTL back, as a retried claim is; otherwise its replica would run
+// attempt 2 on a lease Redis no longer holds, while a third replica takes
+// the slot over as attempt 3. If another run holds the job meanwhile, it
+// answers busy.
+func TestRetriedTakeoverRestoresItsLease(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	at := time.Unix(1_700_009_100, 0)
+	claimOne(t, s, live("tk", at, "dies"))
+	lapse(t, rdb, s, "tk", "lease")
+	tk := takeover("tk", at, "r2", true, 3)
+	tk.Token = "tok-2"
+	first := claimOne(t, s, tk)
+	if first.Outcome != slot.OutcomeWon || first.Attempt != 2 {
+		t.Fatalf("takeover: %+v", first)
+	}
+	lapse(t, rdb, s, "tk", "lease") // the reply was lost; time passes
+	again := claimOne(t, s, tk)
+	if again.Outcome != slot.OutcomeWon || again.Attempt != 2 || again.Fence != first.Fence {
+		t.Fatalf("the same takeover again: %+v, want won, attempt 2, fence %d", again, first.Fence)
+	}
+	if ttl := leaseTTL(t, rdb, s, "tk", "lease"); ttl < 4*time.Second {
+		t.Fatalf("the retried takeover left its lease %v, want its TTL (5s) back", ttl)
+	}
+	if r := claimOne(t, s, takeover("tk", at, "r3", true, 3)); r.Outcome != slot.OutcomeAlive {
+		t.Fatalf("a third replica's check: %+v, want alive (attempt 2 holds its lease)", r)
+	}
+	// Another run takes the job while attempt 2's lease has lapsed: the
+	// retried takeover waits for it.
+	lapse(t, rdb, s, "tk", "lease")
+	if r := claimOne(t, s, live("tk", at.Add(time.Second), "r4")); r.Outcome != slot.OutcomeWon {
+		t.Fatalf("the next slot: %+v", r)
+	}
+	if r := claimOne(t, s, tk); r.Outcome != slot.OutcomeBusy || r.Holder != "r4" {
+		t.Fatalf("the takeover again while r4's run holds the job: %+v, want busy", r)
+	}
+}

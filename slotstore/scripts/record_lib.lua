@@ -108,7 +108,11 @@ local function without(list, ref)
   if not s then
     return list
   end
-  local before, after = string.sub(list, 1, s - 2), string.sub(list, e)
+  -- ref is list's bytes s..e-2; the space before it is s-1, after it e-1
+  local before, after = '', string.sub(list, e)
+  if s > 1 then -- (string.sub(list, 1, -1) would be all of it)
+    before = string.sub(list, 1, s - 2)
+  end
   if before ~= '' and after ~= '' then
     return before .. ' ' .. after
   end
