@@ -24,10 +24,12 @@
 -- Returns one reply per slot, in order, each one of
 --   {"won", fence, attempt, lease, run_id, started, at, by, note}
 --                                          this replica runs attempt+1; lease is "job" or
---                                          "slot"; the rest is the record's (started: ms)
+--                                          "slot"; the rest is the record's (started: ms).
+--                                          A takeover sent again with its token (its reply
+--                                          was lost) is won again, its lease's TTL restored
 --   {"alive", pttl}                        the owner still holds its lease (ms left)
---   {"busy", holder, pttl, holder_slot}    "retry": another run (of holder_slot) holds the job's
---                                          lease; try after pttl
+--   {"busy", holder, pttl, holder_slot}    "retry", or a takeover sent again: another run (of
+--                                          holder_slot) holds the job's lease; try after pttl
 --   {"abandoned", owner, attempt, fence}   recorded abandoned, with a new fence
 --   {"closed", state, owner}               the slot is no longer running: nothing to do
 --   {"gone"}                               the slot has no record
@@ -64,12 +66,17 @@ local function settle(rec, st, ring, token, ref, ttl, retention, policy, limit, 
     unlist(st, ref)
     return {'closed', r.state, r.owner}
   end
-  if r.token == token then -- a retried takeover of ours
-    return {'won', tonumber(r.fence), tonumber(r.attempt), r.lease, r.run_id, tonumber(r.started), tonumber(r.at), r.by, r.note}
-  end
   local lf = 'lease'
   if r.lease == 'slot' then
     lf = 'lease:' .. ref
+  end
+  if r.token == token then -- a retried takeover of ours: its lease back, unless another run holds the job
+    local ltok, lref, luntil, lholder = lease_of(redis.call('HGET', st, lf))
+    if ltok and ltok ~= token and luntil > now then
+      return {'busy', lholder, luntil - now, lref}
+    end
+    redis.call('HSET', st, lf, token .. ' ' .. ref .. ' ' .. (now + tonumber(ttl)) .. ' ' .. replica)
+    return {'won', tonumber(r.fence), tonumber(r.attempt), r.lease, r.run_id, tonumber(r.started), tonumber(r.at), r.by, r.note}
   end
   local j = redis.call('HMGET', st, lf, 'fence', 'running', 'ends')
   local ltok, lref, luntil, lholder = lease_of(j[1])
