@@ -73,6 +73,9 @@ func (r *runner) nextDue(ahead time.Duration) time.Time {
 	if len(r.backlog) > 0 {
 		due = r.clock.Now()
 	}
+	if len(r.olderJobs) > 0 && (due.IsZero() || r.olderCheck.Before(due)) {
+		due = r.olderCheck
+	}
 	return due
 }
 
@@ -83,6 +86,9 @@ func (r *runner) push(due time.Time, j *jobState, c slot.Claim) {
 // dispatch sends, in one round trip, every claim due at now: live slots up
 // to ahead after it.
 func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duration) {
+	if len(r.olderJobs) > 0 && !now.Before(r.olderCheck) && !r.rejoin(ctx, r.olderJobs) {
+		r.olderCheck = now.Add(time.Second)
+	}
 	var batch []*pending
 	var hedge time.Duration
 	for len(r.next) > 0 && !r.next[0].at.After(now.Add(ahead)) && len(batch) < maxBatch {
@@ -176,7 +182,7 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 		return
 	case r.barred:
 		// The older replicas have left: take in what they left before claiming.
-		if !r.rejoin(ctx) {
+		if !r.rejoin(ctx, r.s.jobs) {
 			r.refuse(now, batch, refusal{outcome: outcomeRefusedProtocol, level: slog.LevelDebug,
 				msg:    "refusing to claim: the state older replicas left is not read yet",
 				reason: fmt.Sprintf("no replica claimed the slot; %s refused: it could not yet read the state replicas of an older slot protocol left", r.self)})
@@ -236,20 +242,34 @@ func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
 	}
 }
 
-// rejoin reads the jobs' states again once replicas of an older protocol
+// rejoin reads the states of jobs again, once replicas of an older protocol
 // have left (the store takes in what they left: their running slots among
-// them), and watches every running slot that is not watched yet, to settle
-// it by policy if its owner is gone. It reports whether it could read them.
-func (r *runner) rejoin(ctx context.Context) bool {
+// them), and while they finish runs (OlderRuns), and watches every running
+// slot that is not watched yet, to settle it by policy if its owner is
+// gone. It reports whether it could read them.
+func (r *runner) rejoin(ctx context.Context, js []*jobState) bool {
+	names := make([]string, len(js))
+	for i, j := range js {
+		names[i] = j.Name
+	}
 	sctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
-	states, err := r.s.claimer.JobStates(sctx, r.s.jobNames())
+	states, err := r.s.claimer.JobStates(sctx, names)
 	cancel()
 	if err != nil {
-		r.log.Error("cannot read the jobs' states after replicas of an older protocol left; claiming nothing until it can", "error", err)
+		r.log.Error("cannot read the jobs' states that replicas of an older protocol left; claiming nothing new until it can", "error", err)
 		return false
 	}
-	now := r.clock.Now()
-	for _, j := range r.s.jobs {
+	r.planOlder(r.clock.Now(), js, states)
+	return true
+}
+
+// planOlder watches every running slot of js not watched yet, and notes the
+// jobs whose runs replicas of an older protocol are still finishing, to read
+// their states again within a third of their lease TTL.
+func (r *runner) planOlder(now time.Time, js []*jobState, states map[string]slot.JobState) {
+	older := r.olderJobs[:0:0]
+	every := r.s.cfg.heartbeatEvery
+	for _, j := range js {
 		st := states[j.Name]
 		for _, at := range st.Running {
 			if t := (target{at: at}); !r.watching[t.key(j.Name)] {
@@ -263,9 +283,15 @@ func (r *runner) rejoin(ctx context.Context) bool {
 				r.push(now, j, r.takeover(j, t))
 			}
 		}
+		if st.OlderRuns > 0 {
+			older = append(older, j)
+			every = min(every, max(j.LeaseTTL/3, slot.MinLeaseTTL))
+		}
 	}
-	r.log.Info("read the jobs' states that replicas of an older protocol left; claiming again")
-	return true
+	if len(older) > 0 && len(r.olderJobs) == 0 {
+		r.log.Info("replicas of an older protocol are finishing runs of this table: their leases hold the jobs until they end", "jobs", len(older))
+	}
+	r.olderJobs, r.olderCheck = older, now.Add(every)
 }
 
 // send claims a batch and acts on each answer. Hedged claims and checks on

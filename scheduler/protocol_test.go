@@ -209,3 +209,72 @@ func TestOlderProtocolMidRun(t *testing.T) {
 		}
 	})
 }
+
+// TestOlderProtocolFinishingRun: a replica of slot protocol 1 that stops
+// leaves the registry first, then finishes its runs, renewing and recording
+// them as protocol 1 does. The new replica, free to start once it has left,
+// must leave such a run alone (its record stays a protocol-1 record, which
+// its replica renews and finishes), and not run the job beside it (overlap
+// skip: the run's lease holds the job until it ends); then run the job's
+// slots as usual. The run's record ends as its own replica wrote it: done.
+func TestOlderProtocolFinishingRun(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		theirs := time.Now().Truncate(time.Second)
+		ref := strconv.FormatInt(theirs.Unix(), 10)
+		key := func(s string) string { return h.prefix + ":{j}:" + s }
+		h.rdb.HSet(ctx, key("slot:"+ref), "slot", theirs.Unix(), "owner", "old-1", "token", "t1", "attempt", 1,
+			"fence", theirs.UnixMicro(), "state", "running", "lease", "job", "started", theirs.UnixMilli(), "run_id", "run-1")
+		h.rdb.PExpire(ctx, key("slot:"+ref), time.Hour)
+		h.rdb.Set(ctx, key("lease"), "t1 "+ref+" old-1", 3*time.Second)
+		h.rdb.ZAdd(ctx, key("running"), redis.Z{Score: float64(theirs.Unix()), Member: ref})
+		h.rdb.ZAdd(ctx, key("last"), redis.Z{Score: float64(theirs.Unix()), Member: "last"})
+		leave := h.olderReplica("old-1")
+		finished := make(chan struct{})
+		var doneAt time.Time
+		go func() { // old-1's run: renewed every second, done after 7s
+			defer close(finished)
+			for end := theirs.Add(7 * time.Second); time.Now().Before(end); {
+				time.Sleep(time.Second)
+				h.rdb.PExpire(ctx, key("lease"), 3*time.Second)
+			}
+			doneAt = time.Now()
+			h.rdb.HSet(ctx, key("slot:"+ref), "state", "done", "finished", doneAt.UnixMilli())
+			h.rdb.Del(ctx, key("lease"))
+			h.rdb.ZRem(ctx, key("running"), ref)
+		}()
+		h.start("new", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}),
+			[]scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 3 * time.Second}},
+			scheduler.WithHeartbeatEvery(time.Second))
+		time.Sleep(2 * time.Second)
+		leave() // it stops: out of the registry, its run goes on
+		<-finished
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		end := time.Now()
+		if typ := h.rdb.Type(ctx, key("slot:"+ref)).Val(); typ != "hash" {
+			t.Fatalf("old-1's record is a %s: it was taken from the replica finishing it", typ)
+		}
+		if r, ok := h.record("j", theirs.Unix()); !ok || r.State != slot.StateDone || r.Owner != "old-1" {
+			t.Fatalf("old-1's run: %+v (found %v), want done, as old-1 recorded it", r, ok)
+		}
+		count := map[int64]int{}
+		for _, s := range h.starts("effects") {
+			count[s.slot]++
+			if r, _ := h.record("j", s.slot); r.Started.Before(doneAt) {
+				t.Errorf("slot %d started at %v, beside old-1's run, which held the job until %v", s.slot, r.Started, doneAt)
+			}
+		}
+		for at := theirs.Unix() + 1; at < end.Unix(); at++ {
+			r, ok := h.record("j", at)
+			switch {
+			case !ok:
+				t.Errorf("slot %d ended with no record", at)
+			case count[at] > 1:
+				t.Errorf("slot %d started %d times", at, count[at])
+			case at > theirs.Unix()+9 && (r.State != slot.StateDone || count[at] != 1):
+				t.Errorf("slot %d, after old-1's run: %+v, %d starts; want done once", at, r, count[at])
+			}
+		}
+	})
+}

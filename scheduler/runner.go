@@ -35,6 +35,11 @@ type runner struct {
 	batches   aheadMeter        // how long claim batches took, for ahead
 	onTime    map[*jobState]int // jobs whose next slots are claimed at their time, and how many
 	barred    bool              // claims were refused while replicas of an older protocol were live
+	// olderJobs are the jobs with runs that replicas of an older protocol
+	// are finishing (slot.JobState.OlderRuns): their states are read again
+	// at olderCheck, which keeps the copy of those runs' leases current.
+	olderJobs  []*jobState
+	olderCheck time.Time
 
 	runEnded chan runEnded // from run goroutines to the loop
 	loopDone chan struct{} // closed when the loop has returned: nobody receives events

@@ -85,6 +85,7 @@ func (r *runner) startup(ctx context.Context) bool {
 				"run", len(p.run), "missed", len(p.miss), "since", states[j.Name].Last.UTC().Format(time.RFC3339))
 		}
 	}
+	r.planOlder(start, r.s.jobs, states) // runs that replicas of an older protocol still finish
 	r.log.Info("scheduler started", "jobs", len(r.s.jobs))
 	return true
 }

@@ -72,4 +72,9 @@ type JobState struct {
 	Last          time.Time   // zero when no slot of the job has a record
 	Running       []time.Time // oldest first
 	RunningManual []string    // the IDs of the manual slots whose records are running
+	// OlderRuns counts the runs among Running that replicas of an older
+	// store protocol still hold: they have left the registry and are
+	// finishing them (renewing and recording them in their own way). Read
+	// the job's state again within a lease TTL while there is one.
+	OlderRuns int
 }

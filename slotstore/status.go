@@ -18,9 +18,13 @@ import (
 // high-water mark) and the slots whose records are running; a job with
 // neither is absent. It first takes in what replicas of protocol 1 left
 // under each job's older keys (jobstates.lua): their fence, high-water mark,
-// pause and history, and their running slots, whose records it converts.
-// Run it only while no replica of protocol 1 is live (the scheduler does,
-// at start). Two round trips: the older running sets, then the scripts.
+// pause and history, and their running slots. A protocol-1 run whose lease
+// still holds is left to the replica finishing it (OlderRuns counts those:
+// read the job's state again within a lease TTL, which also keeps the copy
+// of its lease current); the record of one whose lease is gone is
+// converted, for a takeover to settle. Run it only while no replica of
+// protocol 1 is in the registry (the scheduler does, at start and once they
+// have left). Two round trips: the older running sets, then the scripts.
 func (s *Store) JobStates(ctx context.Context, jobs []string) (map[string]slot.JobState, error) {
 	for _, job := range jobs {
 		if err := checkJob(job); err != nil {
@@ -77,6 +81,7 @@ func (s *Store) JobStates(ctx context.Context, jobs []string) (map[string]slot.J
 				}
 				st.Running = append(st.Running, time.Unix(at, 0))
 			}
+			st.OlderRuns = int(r.int(3))
 			if r.err != nil {
 				return nil, fmt.Errorf("slotstore: reading the state of %s: %w in reply %v", jobs[i], r.err, v)
 			}

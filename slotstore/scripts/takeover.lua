@@ -27,7 +27,8 @@
 --                                          "slot"; the rest is the record's (started: ms).
 --                                          A takeover sent again with its token (its reply
 --                                          was lost) is won again, its lease's TTL restored
---   {"alive", pttl}                        the owner still holds its lease (ms left)
+--   {"alive", pttl}                        the owner still holds its lease (ms left), or a
+--                                          replica of protocol 1 is finishing the run
 --   {"busy", holder, pttl, holder_slot}    "retry", or a takeover sent again: another run (of
 --                                          holder_slot) holds the job's lease; try after pttl
 --   {"abandoned", owner, attempt, fence}   recorded abandoned, with a new fence
@@ -49,8 +50,26 @@ end
 local function settle(rec, st, ring, token, ref, ttl, retention, policy, limit, run_id)
   local v = redis.pcall('GET', rec)
   if type(v) == 'table' then -- a protocol-1 record, which jobstates.lua left as it was
-    local h = redis.call('HMGET', rec, 'state', 'owner')
+    local h = redis.call('HMGET', rec, 'state', 'owner', 'token', 'lease')
+    local lf = 'lease'
+    if h[4] == 'slot' then
+      lf = 'lease:' .. ref
+    end
+    local ltok, _, luntil = lease_of(redis.call('HGET', st, lf))
+    if h[1] == 'running' then -- a replica of protocol 1 finishes it (jobstates.lua)
+      if ltok == h[3] and luntil > now then
+        return {'alive', luntil - now}
+      end
+      return {'alive', 1000}
+    end
     unlist(st, ref)
+    if ltok and ltok == h[3] then -- the copy of its lease (jobstates.lua): it has ended
+      if lf == 'lease' then
+        redis.call('HSET', st, 'lease', '')
+      else
+        redis.call('HDEL', st, lf)
+      end
+    end
     return {'closed', h[1] or 'unknown', h[2] or ''}
   end
   if not v then
