@@ -991,3 +991,37 @@ func TestPause(t *testing.T) {
 		t.Fatalf("claim after Resume: %+v", r)
 	}
 }
+
+// TestFinishKnowsItsOwnRecord: a finish sent again after its reply was lost
+// is answered as the same finish, while a finish of a slot that another
+// replica has meanwhile recorded abandoned is refused, even when the run
+// finishes abandoned too: that record is the other replica's, with its own
+// fence and reason, and the run must not report it as its own.
+func TestFinishKnowsItsOwnRecord(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_000_640, 0)
+
+	won := claimOne(t, s, live("twice", at, "r1"))
+	if err := finish(s, won.Lease, slot.StateDone, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(s, won.Lease, slot.StateDone, ""); err != nil {
+		t.Fatalf("the same finish sent again: %v, want it answered as recorded", err)
+	}
+
+	slot2 := at.Add(time.Second)
+	zombie := claimOne(t, s, live("twice", slot2, "r1"))
+	lapse(t, rdb, s, "twice", "lease")
+	if r := claimOne(t, s, takeover("twice", slot2, "r2", false, 1)); r.Outcome != slot.OutcomeAbandoned {
+		t.Fatalf("takeover: %+v, want abandoned", r)
+	}
+	theirs, _, _ := s.Record(ctx, "twice", slot2)
+	err := finish(s, zombie.Lease, slot.StateAbandoned, "lease lost")
+	if !errors.Is(err, slot.ErrNotHeld) {
+		t.Fatalf("the zombie's finish, abandoned, after r2 recorded the slot abandoned: %v, want ErrNotHeld", err)
+	}
+	if rec, _, _ := s.Record(ctx, "twice", slot2); rec.Fence != theirs.Fence || rec.Error != theirs.Error || rec.Finished != theirs.Finished {
+		t.Fatalf("the record changed under the refused finish: %+v, was %+v", rec, theirs)
+	}
+}

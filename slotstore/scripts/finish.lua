@@ -21,8 +21,9 @@
 --   +6  the record's retention, ms
 --
 -- Returns one reply per run, in order:
---   {1}         the record was this run's and now holds the final state (a
---               retried finish of the same state also answers {1})
+--   {1}         the record was this run's and now holds the final state (the
+--               same finish sent again also answers {1}: the record begins
+--               with its head, fence included)
 --   {0, state}  the record is no longer this run's, or no longer running
 --               (taken over, or recorded abandoned by another replica; "gone"
 --               when it has expired or Redis lost it): nothing changes
@@ -49,7 +50,9 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention)
       return {0, state or 'gone'}
     end
     if state ~= 'running' then
-      if state == string.match(head, '^(%S+)') then
+      -- This finish sent again after its reply was lost wrote head itself;
+      -- a takeover's abandon has a fence of its own, so it never matches.
+      if string.sub(v, 1, #head) == head then
         return {1}
       end
       return {0, state}
