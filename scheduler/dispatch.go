@@ -514,6 +514,7 @@ func (r *runner) peekFirst(ctx context.Context, batch []*pending) []*pending {
 	}
 	now := r.clock.Now()
 	var rest []*pending
+	quiet := false // no SDK: the batch's first trace started a span with no trace ID
 	for i, p := range batch {
 		rec, kind := recs[i], kindSlot
 		var res slot.Result
@@ -527,7 +528,9 @@ func (r *runner) peekFirst(ctx context.Context, batch []*pending) []*pending {
 			continue
 		}
 		// Settled as the claim would be; its trace shows the read.
-		r.apply(ctx, now, p, res, r.s.tel.peeked(ctx, kind, p.claim, res, start, done))
+		st := r.s.tel.peeked(ctx, kind, p.claim, res, start, done, quiet)
+		quiet = !st.span.SpanContext().IsValid()
+		r.apply(ctx, now, p, res, st)
 	}
 	return rest
 }

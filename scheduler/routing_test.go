@@ -2,10 +2,14 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
@@ -88,6 +92,77 @@ func TestSpreadRouting(t *testing.T) {
 		for _, id := range ids {
 			if n := per[id]; n < 45 || n > 75 {
 				t.Errorf("%s ran %d of 300 slots, want 60 ± 15 (20%% ± 5%%): %v", id, n, per)
+			}
+		}
+	})
+}
+
+// TestSpreadTracesEveryHedgedLoss: three replicas of four jobs every second,
+// each with a tracing SDK. The two replicas that are not a slot's preferred
+// one read its record a hedge later, in one read for the four jobs, and
+// each of them traces every slot it lost that way: a "slot lost" root with
+// a lock.peek child, per slot, not only the first of the read's batch
+// (which alone tells a replica with no SDK that it traces nothing).
+func TestSpreadTracesEveryHedgedLoss(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		fns := map[string]jobs.Func{}
+		var table []scheduler.Job
+		for i := range 4 {
+			name := fmt.Sprint("j", i)
+			fns[name] = func(context.Context, jobs.Run) error { return nil }
+			table = append(table, scheduler.Job{Name: name, Schedule: "@every 1s"})
+		}
+		ids := []string{"r1", "r2", "r3"}
+		recs := map[string]*tracetest.SpanRecorder{}
+		for _, id := range ids {
+			recs[id] = tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recs[id]))
+			h.startWith(id, replicaOpts{}, registry(t, fns), table, scheduler.WithHedge(hedge), scheduler.WithTracerProvider(tp))
+		}
+		from := nextSecond(0).Add(10 * time.Second) // every replica has heartbeated since all started
+		to := from.Add(20 * time.Second)
+		sleepUntil(to.Add(time.Second))
+		synctest.Wait()
+		type key struct{ job, slot string }
+		lost := map[key]int{}   // "slot lost" roots with a lock.peek child
+		traced := map[key]int{} // every root of the slot
+		for _, id := range ids {
+			spans := recs[id].Ended()
+			peeks := map[string]bool{} // span IDs of the roots that have a lock.peek child
+			for _, s := range spans {
+				if s.Name() == "lock.peek" {
+					peeks[s.Parent().SpanID().String()] = true
+				}
+			}
+			for _, s := range spans {
+				if s.Parent().IsValid() {
+					continue
+				}
+				var k key
+				for _, a := range s.Attributes() {
+					switch a.Key {
+					case "slotcron.job":
+						k.job = a.Value.AsString()
+					case "slotcron.slot":
+						k.slot = a.Value.AsString()
+					}
+				}
+				at, err := time.Parse(time.RFC3339, k.slot)
+				if err != nil || at.Before(from) || !at.Before(to) {
+					continue
+				}
+				traced[k]++
+				if s.Name() == "slot lost" && peeks[s.SpanContext().SpanID().String()] {
+					lost[k]++
+				}
+			}
+		}
+		if len(traced) != 4*20 {
+			t.Errorf("%d slots traced, want 80 (4 jobs, 20 s)", len(traced))
+		}
+		for k, n := range traced {
+			if n != 3 || lost[k] != 2 {
+				t.Errorf("%s at %s: %d root spans, %d of them a hedged loss read with lock.peek; want 3 and 2", k.job, k.slot, n, lost[k])
 			}
 		}
 	})

@@ -262,8 +262,14 @@ func (st *slotTrace) end(e ending) {
 // peeked starts the trace of a hedged claim or a check (kind) that a read of
 // its slot's record (Peek, from start to done) answered with res: its root
 // span, with a lock.peek child where a claim would have lock.claim. The
-// caller ends it.
-func (t *telemetry) peeked(ctx context.Context, kind string, c slot.Claim, res slot.Result, start, done time.Time) *slotTrace {
+// caller ends it. quiet says that no SDK is installed (an earlier trace of
+// the batch started a span with no trace ID, as beginSlots tells): then the
+// trace starts no span at all, which spares a hedged loss the root span's
+// context and options, most of what it costs a replica with no tracing.
+func (t *telemetry) peeked(ctx context.Context, kind string, c slot.Claim, res slot.Result, start, done time.Time, quiet bool) *slotTrace {
+	if quiet {
+		return &slotTrace{tel: t, job: c.Job, kind: kind, ctx: ctx, span: noSpan}
+	}
 	st := t.beginSlotAt(ctx, kind, c, start)
 	if st.span.IsRecording() {
 		_, peek := t.tracer.Start(st.ctx, "lock.peek", append(clientSpanStart, trace.WithTimestamp(start))...)
