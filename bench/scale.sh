@@ -15,11 +15,14 @@
 # CAP_SYS_NICE): the replicas share the machine's cores with Redis, and when
 # they keep them busy the kernel preempts Redis mid-command, which SLOWLOG
 # counts as the command's time; with Redis ahead of them, as on a host of
-# its own, the longest command is what Redis spent on it.
+# its own, the longest command is what Redis spent on it. BENCH_REDIS_FIFO=1
+# goes further: Redis in the real-time class SCHED_FIFO (chrt), which no
+# replica preempts at any nice level.
 #
 #   bench/scale.sh                                        # about 7 minutes
 #   ROUNDS=5 CELLS='jobs=10000$/replicas=5$' bench/scale.sh   # one cell, 5 rounds
 #   BENCH_REDIS_NICE=-10 ROUNDS=5 CELLS='jobs=10000$/replicas=5$' bench/scale.sh
+#   BENCH_REDIS_FIFO=1 ROUNDS=5 CELLS='jobs=10000$/replicas=5$' bench/scale.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-1}
@@ -32,7 +35,7 @@ for ((i = 1; i <= rounds; i++)); do
 done
 
 echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(redis-server --version | awk '{ print $3 }')"
-echo "$rounds round(s), 5 ticks per cell, replicas in one process, routing spread, Redis at nice ${BENCH_REDIS_NICE:-0}"
+echo "$rounds round(s), 5 ticks per cell, replicas in one process, routing spread, Redis at nice ${BENCH_REDIS_NICE:-0}${BENCH_REDIS_FIFO:+, SCHED_FIFO $BENCH_REDIS_FIFO}"
 echo
 printf "| jobs per tick | figure | 1 replica | 5 replicas | 20 replicas |\n|---|---|---|---|---|\n"
 for jobs in 10 100 1000 10000; do

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -92,6 +93,13 @@ var statsOut = os.Getenv("BENCH_REDIS_STATS")
 // command is what Redis spent on it. The figures say which one they are.
 var redisNice = os.Getenv("BENCH_REDIS_NICE")
 
+// redisFIFO, when set (BENCH_REDIS_FIFO=1), puts the bench's Redis in the
+// real-time class SCHED_FIFO at that priority (chrt; root or CAP_SYS_NICE):
+// no replica then preempts it, whatever its nice level, so SLOWLOG times
+// what Redis spent on a command, as on a host of its own. Its CPU figures
+// are Redis's work either way.
+var redisFIFO = os.Getenv("BENCH_REDIS_FIFO")
+
 // heapOut, when set (BENCH_HEAP=file), receives a heap profile of this
 // process (every replica) after the counted ticks, before the replicas stop.
 var heapOut = os.Getenv("BENCH_HEAP")
@@ -147,6 +155,9 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		twin := redistest.StartOwned(b)
 		if redisNice != "" {
 			renice(b, srv, redisNice)
+		}
+		if redisFIFO != "" {
+			realtime(b, srv, redisFIFO)
 		}
 		prefix := srv.Key("bench")
 		var (
@@ -375,21 +386,7 @@ func renice(b *testing.B, srv *redistest.Server, level string) {
 	if err != nil {
 		b.Fatalf("BENCH_REDIS_NICE=%q: %v", level, err)
 	}
-	rdb := redis.NewClient(srv.Options())
-	defer rdb.Close()
-	info, err := rdb.Info(context.Background(), "server").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var pid int
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
-			pid, _ = strconv.Atoi(v)
-		}
-	}
-	if pid == 0 {
-		b.Fatalf("BENCH_REDIS_NICE: INFO server names no process_id: %q", info)
-	}
+	pid := redisPID(b, srv)
 	if err := syscall.Setpriority(syscall.PRIO_PROCESS, pid, n); err != nil {
 		b.Fatalf("BENCH_REDIS_NICE=%d: setpriority of Redis (pid %d): %v (a level below 0 needs root or CAP_SYS_NICE; "+
 			"a Redis in a container or on another host is not this machine's to renice)", n, pid, err)
@@ -442,4 +439,35 @@ func notStarted(b *testing.B, rdb *redis.Client, prefix string, table []schedule
 		}
 	}
 	return out
+}
+
+// realtime puts srv's Redis (every thread of it) in SCHED_FIFO at priority.
+func realtime(b *testing.B, srv *redistest.Server, priority string) {
+	if n, err := strconv.Atoi(priority); err != nil || n < 1 || n > 99 {
+		b.Fatalf("BENCH_REDIS_FIFO=%q: want a real-time priority, 1 to 99", priority)
+	}
+	pid := redisPID(b, srv)
+	if out, err := exec.Command("chrt", "-a", "-f", "-p", priority, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+		b.Fatalf("BENCH_REDIS_FIFO=%s: chrt of Redis (pid %d): %v: %s (it needs root or CAP_SYS_NICE, and util-linux's chrt; "+
+			"a Redis in a container or on another host is not this machine's to schedule)", priority, pid, err, out)
+	}
+}
+
+// redisPID is the process ID of srv's Redis, from INFO server.
+func redisPID(b *testing.B, srv *redistest.Server) int {
+	rdb := redis.NewClient(srv.Options())
+	defer rdb.Close()
+	info, err := rdb.Info(context.Background(), "server").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			if pid, err := strconv.Atoi(v); err == nil && pid > 0 {
+				return pid
+			}
+		}
+	}
+	b.Fatalf("INFO server names no process_id: %q", info)
+	return 0
 }
