@@ -279,7 +279,7 @@ func (s *Store) Peek(ctx context.Context, claims []slot.Claim) ([]slot.Record, e
 		if err := checkJob(c.Job); err != nil {
 			return nil, err
 		}
-		_, keys[i] = s.target(c)
+		keys[i] = s.recordOf(c)
 	}
 	vals := make([]any, len(claims))
 	pipe := s.rdb.Pipeline()

@@ -146,10 +146,18 @@ func manualRef(id string) string { return "m:" + id }
 // manual slot's reference) and its record's key.
 func (s *Store) target(c slot.Claim) (ref, record string) {
 	if c.Manual != nil {
-		return manualRef(c.Manual.ID), s.jobKey(c.Job, "manual:"+c.Manual.ID)
+		return manualRef(c.Manual.ID), s.recordOf(c)
 	}
 	at := c.Slot.Unix()
 	return strconv.FormatInt(at, 10), s.recordKey(c.Job, at)
+}
+
+// recordOf is target's record alone: the key of the claim's slot's record.
+func (s *Store) recordOf(c slot.Claim) string {
+	if c.Manual != nil {
+		return s.jobKey(c.Job, "manual:"+c.Manual.ID)
+	}
+	return s.recordKey(c.Job, c.Slot.Unix())
 }
 
 // refKey is the record key of a slot by its ref.
