@@ -20,25 +20,10 @@ import (
 // per claim and per finish (INFO commandstats, on a server of its own). Calls run back to back here, with Redis's caches warm; a
 // scheduler ticking once a second finds them colder and pays more.
 func BenchmarkClaimBatch(b *testing.B) {
-	srv := redistest.StartOwned(b)
-	rdb := srv.Client()
+	rdb, s := benchStore(b)
 	ctx := context.Background()
-	s, err := slotstore.New(rdb, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Prepare(ctx); err != nil {
-		b.Fatal(err)
-	}
 	const njobs = 100
-	batch := func(at time.Time, replica string) []slot.Claim {
-		claims := make([]slot.Claim, njobs)
-		for i := range claims {
-			claims[i] = slot.Claim{Kind: slot.ClaimLive, Job: "job" + strconv.Itoa(i), Slot: at, Replica: replica,
-				LeaseTTL: time.Minute, Retention: time.Hour, Deadline: time.Now().Add(time.Hour)}
-		}
-		return claims
-	}
+	batch := func(at time.Time, replica string) []slot.Claim { return benchClaims(njobs, at, replica) }
 	var leases []slot.Lease
 	// commandTime returns Redis's time in cmd since the last reset.
 	commandTime := func(cmd string) time.Duration {
@@ -159,22 +144,9 @@ func BenchmarkClaimWait(b *testing.B) {
 //
 //	go test -run '^$' -bench Peek -benchmem ./slotstore
 func BenchmarkPeek(b *testing.B) {
-	srv := redistest.StartOwned(b)
-	rdb := srv.Client()
+	_, s := benchStore(b)
 	ctx := context.Background()
-	s, err := slotstore.New(rdb, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Prepare(ctx); err != nil {
-		b.Fatal(err)
-	}
-	at := time.Unix(1_700_000_000, 0)
-	claims := make([]slot.Claim, 100)
-	for i := range claims {
-		claims[i] = slot.Claim{Kind: slot.ClaimLive, Job: "job" + strconv.Itoa(i), Slot: at, Replica: "r1",
-			LeaseTTL: time.Minute, Retention: time.Hour, Deadline: time.Now().Add(time.Hour)}
-	}
+	claims := benchClaims(100, time.Unix(1_700_000_000, 0), "r1")
 	if _, err := s.Claim(ctx, claims); err != nil {
 		b.Fatal(err)
 	}
@@ -186,4 +158,29 @@ func BenchmarkPeek(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(testing.AllocsPerRun(10, func() { s.Peek(ctx, claims) }))/float64(len(claims)), "allocs/slot")
+}
+
+// benchStore is a prepared store on a Redis of the benchmark's own, whose
+// INFO commandstats count only what the benchmark does.
+func benchStore(b *testing.B) (*redis.Client, *slotstore.Store) {
+	rdb := redistest.StartOwned(b).Client()
+	s, err := slotstore.New(rdb, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Prepare(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return rdb, s
+}
+
+// benchClaims is a live claim of the slot at of each of n jobs, job0 to
+// job<n-1>, by replica.
+func benchClaims(n int, at time.Time, replica string) []slot.Claim {
+	claims := make([]slot.Claim, n)
+	for i := range claims {
+		claims[i] = slot.Claim{Kind: slot.ClaimLive, Job: "job" + strconv.Itoa(i), Slot: at, Replica: replica,
+			LeaseTTL: time.Minute, Retention: time.Hour, Deadline: time.Now().Add(time.Hour)}
+	}
+	return claims
 }
