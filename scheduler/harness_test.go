@@ -455,6 +455,31 @@ func (h *harness) starts(key string) []start {
 	return out
 }
 
+// eachSlot reads, for each slot of job from from to to (unix s, to
+// excluded), its record and how many runs recorder wrote to key for it. It
+// fails the test for a slot with no record or started more than once, and
+// hands every other slot to check.
+func (h *harness) eachSlot(job, key string, from, to int64, check func(at int64, r slot.Record, starts int)) {
+	h.t.Helper()
+	count := map[int64]int{}
+	for _, s := range h.starts(key) {
+		if s.job == job {
+			count[s.slot]++
+		}
+	}
+	for at := from; at < to; at++ {
+		r, ok := h.record(job, at)
+		switch {
+		case !ok:
+			h.t.Errorf("slot %d of %s ended with no record", at, job)
+		case count[at] > 1:
+			h.t.Errorf("slot %d of %s started %d times", at, job, count[at])
+		default:
+			check(at, r, count[at])
+		}
+	}
+}
+
 // record reads one slot record.
 func (h *harness) record(job string, at int64) (slot.Record, bool) {
 	h.t.Helper()

@@ -111,34 +111,27 @@ func TestOlderProtocolHoldsTheStart(t *testing.T) {
 		if r, ok := h.record("j", held.Unix()); !ok || r.State != slot.StateAbandoned || r.Owner != "old-1" || r.Fence <= fence {
 			t.Fatalf("protocol 1's running slot, its owner gone: %+v (found %v), want abandoned with a fence above %d", r, ok, fence)
 		}
-		count := map[int64]int{}
 		for _, s := range h.starts("effects") {
-			count[s.slot]++
 			if s.fence <= fence {
 				t.Errorf("slot %d ran with fence %d, not above protocol 1's %d", s.slot, s.fence, fence)
 			}
 		}
 		var missed, done, skipped int
-		for at := held.Unix() + 1; at < end.Unix(); at++ {
-			r, ok := h.record("j", at)
+		h.eachSlot("j", "effects", held.Unix()+1, end.Unix(), func(at int64, r slot.Record, starts int) {
 			switch {
-			case !ok:
-				t.Errorf("slot %d ended with no record", at)
-			case count[at] > 1:
-				t.Errorf("slot %d started %d times", at, count[at])
-			case r.State == slot.StateMissed && count[at] == 0:
+			case r.State == slot.StateMissed && starts == 0:
 				missed++
-			case r.State == slot.StateDone && count[at] == 1:
+			case r.State == slot.StateDone && starts == 1:
 				done++
-			case r.State == slot.StateSkipped && count[at] == 0: // the catch-up run still held the job
+			case r.State == slot.StateSkipped && starts == 0: // the catch-up run still held the job
 				skipped++
 			default:
-				t.Errorf("slot %d: record %+v, %d starts", at, r, count[at])
+				t.Errorf("slot %d: record %+v, %d starts", at, r, starts)
 			}
-			if at > gone.Unix()+2 && (r.State != slot.StateDone || count[at] != 1) {
-				t.Errorf("slot %d, after the start: %s with %d starts, want done once", at, r.State, count[at])
+			if at > gone.Unix()+2 && (r.State != slot.StateDone || starts != 1) {
+				t.Errorf("slot %d, after the start: %s with %d starts, want done once", at, r.State, starts)
 			}
-		}
+		})
 		if missed == 0 || done < 2 || skipped > 1 {
 			t.Fatalf("%d slots recorded missed, %d done and %d skipped; want the wait's slots missed and the later ones done", missed, done, skipped)
 		}
@@ -177,33 +170,24 @@ func TestOlderProtocolMidRun(t *testing.T) {
 		left := time.Now()
 		time.Sleep(10 * time.Second) // the refused slots' grace, and the claims after it
 		synctest.Wait()
-		count := map[int64]int{}
-		for _, s := range h.starts("effects") {
-			count[s.slot]++
-		}
 		var refused int
-		for at := came.Unix() - 2; at < left.Unix()+8; at++ {
-			r, ok := h.record("j", at)
+		h.eachSlot("j", "effects", came.Unix()-2, left.Unix()+8, func(at int64, r slot.Record, starts int) {
 			switch {
-			case !ok:
-				t.Errorf("slot %d ended with no record", at)
-			case count[at] > 1:
-				t.Errorf("slot %d started %d times", at, count[at])
 			case at == theirs: // settled once the new replica read in what protocol 1 left
-				if count[at] != 0 || r.State != slot.StateAbandoned || r.Owner != "old-1" {
-					t.Errorf("slot %d, run by protocol 1 whose replica died: %+v, %d starts; want abandoned", at, r, count[at])
+				if starts != 0 || r.State != slot.StateAbandoned || r.Owner != "old-1" {
+					t.Errorf("slot %d, run by protocol 1 whose replica died: %+v, %d starts; want abandoned", at, r, starts)
 				}
 			case at > came.Unix()+1 && at < left.Unix():
-				if count[at] != 0 || r.State != slot.StateMissed || !strings.Contains(r.Error, "replicas of an older slot protocol were live (old-1)") {
-					t.Errorf("slot %d, while protocol 1 was live: %+v, %d starts; want missed, saying why", at, r, count[at])
+				if starts != 0 || r.State != slot.StateMissed || !strings.Contains(r.Error, "replicas of an older slot protocol were live (old-1)") {
+					t.Errorf("slot %d, while protocol 1 was live: %+v, %d starts; want missed, saying why", at, r, starts)
 				}
 				refused++
 			case at < came.Unix() || at > left.Unix()+2:
-				if count[at] != 1 || r.State != slot.StateDone {
-					t.Errorf("slot %d: %+v, %d starts; want done once", at, r, count[at])
+				if starts != 1 || r.State != slot.StateDone {
+					t.Errorf("slot %d: %+v, %d starts; want done once", at, r, starts)
 				}
 			}
-		}
+		})
 		if refused < 3 {
 			t.Fatalf("%d slots refused, want those of the 6s protocol 1 was live", refused)
 		}
@@ -258,23 +242,15 @@ func TestOlderProtocolFinishingRun(t *testing.T) {
 		if r, ok := h.record("j", theirs.Unix()); !ok || r.State != slot.StateDone || r.Owner != "old-1" {
 			t.Fatalf("old-1's run: %+v (found %v), want done, as old-1 recorded it", r, ok)
 		}
-		count := map[int64]int{}
 		for _, s := range h.starts("effects") {
-			count[s.slot]++
 			if r, _ := h.record("j", s.slot); r.Started.Before(doneAt) {
 				t.Errorf("slot %d started at %v, beside old-1's run, which held the job until %v", s.slot, r.Started, doneAt)
 			}
 		}
-		for at := theirs.Unix() + 1; at < end.Unix(); at++ {
-			r, ok := h.record("j", at)
-			switch {
-			case !ok:
-				t.Errorf("slot %d ended with no record", at)
-			case count[at] > 1:
-				t.Errorf("slot %d started %d times", at, count[at])
-			case at > theirs.Unix()+9 && (r.State != slot.StateDone || count[at] != 1):
-				t.Errorf("slot %d, after old-1's run: %+v, %d starts; want done once", at, r, count[at])
+		h.eachSlot("j", "effects", theirs.Unix()+1, end.Unix(), func(at int64, r slot.Record, starts int) {
+			if at > theirs.Unix()+9 && (r.State != slot.StateDone || starts != 1) {
+				t.Errorf("slot %d, after old-1's run: %+v, %d starts; want done once", at, r, starts)
 			}
-		}
+		})
 	})
 }
