@@ -91,7 +91,7 @@
 // Each replica traces each slot it considers in a root span whose name ends
 // as its kind and this replica's outcome: "slot won", "slot lost",
 // "slot skipped", "slot missed", "slot paused", "slot error",
-// "slot refused_skew" and so on; "slot.watch alive" for a check on a running
+// "slot refused_skew", "slot refused_protocol" and so on; "slot.watch alive" for a check on a running
 // slot whose owner may be gone; "slot.manual won" for a manual slot;
 // "slot.backfill won" for Backfill. The span starts as its kind alone ("slot"),
 // which is the name a sampler sees. An outcome this version does not know

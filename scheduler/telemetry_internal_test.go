@@ -63,3 +63,17 @@ func BenchmarkHedgedLossTrace(b *testing.B) {
 		})
 	}
 }
+
+// TestRootNamesCoverEveryOutcome: every outcome a claim is counted with,
+// the scheduler's own refusals among them, names its root span after it;
+// only an outcome this version does not know is "unknown".
+func TestRootNamesCoverEveryOutcome(t *testing.T) {
+	for _, o := range outcomeNames {
+		if got := rootName(kindSlot, o); got != kindSlot+" "+o {
+			t.Errorf("outcome %q: root span %q", o, got)
+		}
+	}
+	if got := rootName(kindSlot, "from-a-newer-version"); got != kindSlot+" "+outcomeUnknown {
+		t.Errorf("an unknown outcome: root span %q", got)
+	}
+}

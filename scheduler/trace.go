@@ -40,7 +40,7 @@ const outcomeUnknown = "unknown"
 // rootName is the name a root span of kind ends with: kind and outcome, from
 // a fixed set of names, whatever the store answers.
 func rootName(kind, outcome string) string {
-	if outcome != outcomeError && outcome != outcomeRefused && !slices.Contains(slot.Outcomes, slot.Outcome(outcome)) {
+	if _, known := outcomeIndex[outcome]; !known {
 		outcome = outcomeUnknown
 	}
 	return kind + " " + outcome
