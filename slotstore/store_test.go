@@ -1025,3 +1025,34 @@ func TestFinishKnowsItsOwnRecord(t *testing.T) {
 		t.Fatalf("the record changed under the refused finish: %+v, was %+v", rec, theirs)
 	}
 }
+
+// TestAbandonFreesTheOwnersLease: a takeover that records a slot abandoned
+// clears the dead owner's lapsed lease too, so that nothing later reads it
+// as held: here Redis's clock steps back (a failover to a host that lags)
+// and the stale lease's end is ahead of it again. The zombie's finish must
+// still be refused, the abandoned record and its fence left as they are.
+func TestAbandonFreesTheOwnersLease(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_000_700, 0)
+	zombie := claimOne(t, s, live("stale", at, "dies"))
+	lapse(t, rdb, s, "stale", "lease")
+	if r := claimOne(t, s, takeover("stale", at, "r2", false, 1)); r.Outcome != slot.OutcomeAbandoned {
+		t.Fatalf("takeover: %+v, want abandoned", r)
+	}
+	abandoned, _, _ := s.Record(ctx, "stale", at)
+	if v := rdb.HGet(ctx, stateKey(s, "stale"), "lease").Val(); v != "" {
+		t.Errorf("the job's lease after the abandon: %q, want it free", v)
+	}
+	// Whatever is left there reads as the zombie's lease, held, once Redis's
+	// clock is behind its end again.
+	if v := rdb.HGet(ctx, stateKey(s, "stale"), "lease").Val(); v != "" {
+		setLease(t, rdb, s, "stale", "lease", zombie.Lease.Token(), strconv.FormatInt(at.Unix(), 10), "dies", time.Minute)
+	}
+	if err := finish(s, zombie.Lease, slot.StateDone, ""); !errors.Is(err, slot.ErrNotHeld) {
+		t.Errorf("the zombie's finish after the abandon: %v, want ErrNotHeld", err)
+	}
+	if rec, _, _ := s.Record(ctx, "stale", at); rec.State != slot.StateAbandoned || rec.Fence != abandoned.Fence {
+		t.Fatalf("record after the zombie's finish: %+v, want it abandoned with fence %d", rec, abandoned.Fence)
+	}
+}

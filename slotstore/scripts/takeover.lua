@@ -124,7 +124,14 @@ local function settle(rec, st, ring, token, ref, ttl, retention, policy, limit, 
     why, r.result, r.by, r.note), 'PX', retention)
   local ef, ends = ended_at(j[4])
   redis.call('HSET', ring, ef, ref)
-  redis.call('HSET', st, 'fence', fs, 'running', without(j[3], ref), 'ends', ends)
+  -- The dead owner's lease goes too, lapsed as it is: were Redis's clock to
+  -- step back behind its end, it would read as held again, and its
+  -- owner's finish would write over this record.
+  if r.lease ~= 'slot' and ltok == r.token then
+    redis.call('HSET', st, 'fence', fs, 'running', without(j[3], ref), 'ends', ends, 'lease', '')
+  else
+    redis.call('HSET', st, 'fence', fs, 'running', without(j[3], ref), 'ends', ends)
+  end
   if r.lease == 'slot' and ltok then -- its own lease, lapsed
     redis.call('HDEL', st, lf)
   end
