@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -1054,5 +1055,27 @@ func TestAbandonFreesTheOwnersLease(t *testing.T) {
 	}
 	if rec, _, _ := s.Record(ctx, "stale", at); rec.State != slot.StateAbandoned || rec.Fence != abandoned.Fence {
 		t.Fatalf("record after the zombie's finish: %+v, want it abandoned with fence %d", rec, abandoned.Fence)
+	}
+}
+
+// TestScriptsRunOnRedis62: slotcron supports Redis 6.2, where SET takes NX
+// or GET but not both (Redis 7.0 added that), and this machine's Redis is
+// newer: a SET in a script that names both would pass every other test here
+// and fail every claim on 6.2.
+func TestScriptsRunOnRedis62(t *testing.T) {
+	files, err := filepath.Glob("scripts/*.lua")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts: %v", err)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if strings.Contains(line, "'SET'") && strings.Contains(line, "'NX'") && strings.Contains(line, "'GET'") {
+				t.Errorf("%s:%d: SET with NX and GET needs Redis 7.0: %s", f, i+1, strings.TrimSpace(line))
+			}
+		}
 	}
 }

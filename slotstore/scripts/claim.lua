@@ -77,22 +77,6 @@ local function found(rec, v)
   return {owner = h[1] or '', state = h[2] or 'unknown', fence = h[3] or '0', attempt = h[4] or '0', token = h[5] or '', run_id = '', started = '0'}
 end
 
--- create writes content to rec, with the retention, unless the slot has a
--- record: nil when written, else the record found, which is not changed.
-local function create(rec, content, retention)
-  local old = redis.pcall('SET', rec, content, 'NX', 'PX', retention, 'GET')
-  if type(old) == 'table' then
-    if old.err and string.find(old.err, 'WRONGTYPE', 1, true) then
-      return found(rec, nil) -- a protocol-1 record
-    end
-    error(old)
-  end
-  if not old then
-    return nil
-  end
-  return found(rec, old)
-end
-
 -- peek returns the record of a slot, or nil when it has none, changing nothing.
 local function peek(rec)
   local v = redis.pcall('GET', rec)
@@ -103,6 +87,17 @@ local function peek(rec)
     return nil
   end
   return found(rec, v)
+end
+
+-- create writes content to rec, with the retention, unless the slot has a
+-- record: nil when written, else the record found, which is not changed.
+-- (SET NX, then a read when it did not write: SET's NX and GET together
+-- need Redis 7.0, and slotcron runs on 6.2.)
+local function create(rec, content, retention)
+  if redis.call('SET', rec, content, 'NX', 'PX', retention) then
+    return nil
+  end
+  return peek(rec)
 end
 
 -- answer is the reply to a claim whose slot has the record r: lost, unless r
