@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -197,7 +198,42 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 			reason: fmt.Sprintf("no replica claimed the slot; %s refused: its clock is off Redis's by %v, more than max_skew %v", r.self, offset.Round(time.Millisecond), r.s.cfg.maxSkew)})
 		return
 	}
+	if len(r.olderJobs) > 0 {
+		batch = r.heldByOlder(ctx, now, batch)
+	}
 	r.send(ctx, batch)
+}
+
+// heldByOlder sees to it that claims which would start a run of a job
+// (overlap skip) whose run a replica of an older protocol is finishing find
+// that run's lease: this version sees it only as the copy that reading the
+// job's state puts in it (jobstates.lua), which lapses if a read fails or
+// comes late, so the states are read again first, in the same breath as
+// the claims. When that read fails, those claims are refused (the slots are
+// recorded missed if no replica runs them) and the rest go on.
+func (r *runner) heldByOlder(ctx context.Context, now time.Time, batch []*pending) []*pending {
+	held := func(p *pending) bool {
+		switch p.claim.Kind {
+		case slot.ClaimLive, slot.ClaimCatchup, slot.ClaimManual:
+			return p.job.Overlap != OverlapAllow && slices.Contains(r.olderJobs, p.job)
+		}
+		return false
+	}
+	if !slices.ContainsFunc(batch, held) || r.rejoin(ctx, r.olderJobs) {
+		return batch
+	}
+	var rest, refused []*pending
+	for _, p := range batch {
+		if held(p) {
+			refused = append(refused, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	r.refuse(now, refused, refusal{outcome: outcomeRefusedProtocol, level: slog.LevelDebug,
+		msg:    "refusing to claim: a replica of an older slot protocol is finishing a run of the job, and its state could not be read",
+		reason: fmt.Sprintf("no replica claimed the slot; %s refused: a run of an older slot protocol held the job, and its state could not be read", r.self)})
+	return rest
 }
 
 // refusal is why a replica claims nothing now: its outcome for the slots'

@@ -2,9 +2,11 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
 	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // olderReplica keeps a registry entry of a replica of slot protocol 1 (its
@@ -201,7 +204,39 @@ func TestOlderProtocolMidRun(t *testing.T) {
 // its replica renews and finishes), and not run the job beside it (overlap
 // skip: the run's lease holds the job until it ends); then run the job's
 // slots as usual. The run's record ends as its own replica wrote it: done.
+// The same holds when old-1's lease is much shorter than the new
+// replica's (old-1 renews a 300 ms lease every 100 ms; the new replica,
+// with a 3 s lease, reads the job's state again every second), so that the
+// copy of it those reads keep in the job's state has lapsed by the next
+// slot; and when, besides, once the new replica has started, it cannot read
+// the job's state until old-1's run has ended.
 func TestOlderProtocolFinishingRun(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		short, fails bool
+	}{{"same lease", false, false}, {"short lease", true, false}, {"short lease, reads fail", true, true}} {
+		t.Run(tc.name, func(t *testing.T) { olderProtocolFinishingRun(t, tc.short, tc.fails) })
+	}
+}
+
+// failingStates is a store whose JobStates fails while failing is set.
+type failingStates struct {
+	*slotstore.Store
+	failing *atomic.Bool
+}
+
+func (f failingStates) JobStates(ctx context.Context, jobs []string) (map[string]slot.JobState, error) {
+	if f.failing.Load() {
+		return nil, errors.New("failingStates: no answer")
+	}
+	return f.Store.JobStates(ctx, jobs)
+}
+
+func olderProtocolFinishingRun(t *testing.T, short, fails bool) {
+	renew, ttl := time.Second, 3*time.Second // old-1's
+	if short {
+		renew, ttl = 100*time.Millisecond, 300*time.Millisecond
+	}
 	bubble(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		theirs := time.Now().Truncate(time.Second)
@@ -210,29 +245,34 @@ func TestOlderProtocolFinishingRun(t *testing.T) {
 		h.rdb.HSet(ctx, key("slot:"+ref), "slot", theirs.Unix(), "owner", "old-1", "token", "t1", "attempt", 1,
 			"fence", theirs.UnixMicro(), "state", "running", "lease", "job", "started", theirs.UnixMilli(), "run_id", "run-1")
 		h.rdb.PExpire(ctx, key("slot:"+ref), time.Hour)
-		h.rdb.Set(ctx, key("lease"), "t1 "+ref+" old-1", 3*time.Second)
+		h.rdb.Set(ctx, key("lease"), "t1 "+ref+" old-1", ttl)
 		h.rdb.ZAdd(ctx, key("running"), redis.Z{Score: float64(theirs.Unix()), Member: ref})
 		h.rdb.ZAdd(ctx, key("last"), redis.Z{Score: float64(theirs.Unix()), Member: "last"})
 		leave := h.olderReplica("old-1")
 		finished := make(chan struct{})
 		var doneAt time.Time
-		go func() { // old-1's run: renewed every second, done after 7s
+		go func() { // old-1's run: renewed, done after 7s
 			defer close(finished)
 			for end := theirs.Add(7 * time.Second); time.Now().Before(end); {
-				time.Sleep(time.Second)
-				h.rdb.PExpire(ctx, key("lease"), 3*time.Second)
+				time.Sleep(renew)
+				h.rdb.PExpire(ctx, key("lease"), ttl)
 			}
 			doneAt = time.Now()
 			h.rdb.HSet(ctx, key("slot:"+ref), "state", "done", "finished", doneAt.UnixMilli())
 			h.rdb.Del(ctx, key("lease"))
 			h.rdb.ZRem(ctx, key("running"), ref)
 		}()
-		h.start("new", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}),
-			[]scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 3 * time.Second}},
+		var failing atomic.Bool
+		h.startWith("new", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { return failingStates{s, &failing} }},
+			registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}),
+			[]scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 3 * time.Second, MisfireGrace: 2 * time.Second}},
 			scheduler.WithHeartbeatEvery(time.Second))
 		time.Sleep(2 * time.Second)
-		leave() // it stops: out of the registry, its run goes on
+		leave()                             // it stops: out of the registry, its run goes on
+		time.Sleep(1500 * time.Millisecond) // the new replica has started, having read old-1's run
+		failing.Store(fails)
 		<-finished
+		failing.Store(false)
 		time.Sleep(6 * time.Second)
 		synctest.Wait()
 		end := time.Now()

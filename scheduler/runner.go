@@ -37,7 +37,8 @@ type runner struct {
 	barred    bool              // claims were refused while replicas of an older protocol were live
 	// olderJobs are the jobs with runs that replicas of an older protocol
 	// are finishing (slot.JobState.OlderRuns): their states are read again
-	// at olderCheck, which keeps the copy of those runs' leases current.
+	// at olderCheck, and before each claim that would start one of them
+	// (heldByOlder), which keeps the copy of those runs' leases current.
 	olderJobs  []*jobState
 	olderCheck time.Time
 
