@@ -120,7 +120,7 @@ func (s *Store) Renew(ctx context.Context, leases []slot.Lease) []error {
 			errs[i] = validity.LostTo("the slot was taken over or abandoned: its record is no longer this run's")
 			l.v.End(errs[i])
 		case n == -2:
-			errs[i] = fmt.Errorf("%w: %w: the slot's record is gone", validity.ErrLeaseLost, slot.ErrDataLoss)
+			errs[i] = fmt.Errorf("%w: %w: the slot's record or the job's state is gone", validity.ErrLeaseLost, slot.ErrDataLoss)
 			l.v.End(errs[i])
 		default:
 			errs[i] = validity.LostTo("the job's lease no longer holds this run's token")

@@ -573,10 +573,10 @@ func TestSlotRenewDetectsLoss(t *testing.T) {
 	ctx := context.Background()
 	at := time.Unix(1_700_000_400, 0)
 	c := live("renewed", at, "r1")
-	c.LeaseTTL = 200 * time.Millisecond
+	c.LeaseTTL = 600 * time.Millisecond
 	r := claimOne(t, s, c)
-	for range 5 { // a renewal every TTL/3 keeps it
-		time.Sleep(60 * time.Millisecond)
+	for range 5 { // a renewal every TTL/3 keeps it past its TTL, with 400 ms to spare on a busy machine
+		time.Sleep(200 * time.Millisecond)
 		if errs := s.Renew(ctx, []slot.Lease{r.Lease}); errs[0] != nil {
 			t.Fatal(errs[0])
 		}
@@ -1077,5 +1077,22 @@ func TestScriptsRunOnRedis62(t *testing.T) {
 				t.Errorf("%s:%d: SET with NX and GET needs Redis 7.0: %s", f, i+1, strings.TrimSpace(line))
 			}
 		}
+	}
+}
+
+// TestRenewReportsALostState: the job's state (its lease, its running slots)
+// gone while the record stays is data loss (a restart that kept part of the
+// keys, an eviction), not a lease that ran out: the renewal says so, as it
+// does when the record is gone.
+func TestRenewReportsALostState(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	r := claimOne(t, s, live("forgot", time.Unix(1_700_000_800, 0), "r1"))
+	if err := rdb.Del(ctx, stateKey(s, "forgot")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	errs := s.Renew(ctx, []slot.Lease{r.Lease})
+	if !errors.Is(errs[0], slot.ErrLeaseLost) || !errors.Is(errs[0], slot.ErrDataLoss) {
+		t.Fatalf("renew with the job's state gone: %v, want lease lost and data loss", errs[0])
 	}
 }

@@ -17,8 +17,9 @@
 --             its full TTL again
 --          0  the lease no longer holds the token (expired, or another run's)
 --         -1  the record is no longer the run's: taken over, or abandoned
---         -2  the record is gone: Redis lost data (a restart without
---             persistence, or a failover)
+--         -2  the record or the job's state is gone: Redis lost data (a
+--             restart without persistence, a failover, an eviction); a
+--             state that has had a claim always holds its fence
 -- Nothing changes unless it returns 1.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -37,7 +38,11 @@ local lf = 'lease'
 if ARGV[3] == 'slot' then
   lf = 'lease:' .. ARGV[2]
 end
-local ltok, _, luntil = lease_of(redis.call('HGET', KEYS[1], lf))
+local j = redis.call('HMGET', KEYS[1], lf, 'fence')
+if not j[2] then
+  return -2
+end
+local ltok, _, luntil = lease_of(j[1])
 if ltok ~= ARGV[1] or luntil <= now then
   return 0
 end
