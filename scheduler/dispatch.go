@@ -255,6 +255,7 @@ type refusal struct {
 // own clock (recorded missed, unless a replica ran it). The rest waits, and
 // so do expire claims.
 func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
+	var expires []*pending
 	for _, p := range batch {
 		if p.claim.Kind == slot.ClaimLive {
 			if r.log.Enabled(context.Background(), why.level) {
@@ -270,11 +271,14 @@ func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
 			continue
 		}
 		if p.claim.Kind == slot.ClaimExpire { // Redis decides; its clock is the one that counts
-			r.send(context.Background(), []*pending{p})
+			expires = append(expires, p)
 			continue
 		}
 		p.due = now.Add(time.Second)
 		heap.Push(&r.queue, p)
+	}
+	if len(expires) > 0 {
+		r.send(context.Background(), expires) // one round trip for them all
 	}
 }
 

@@ -294,3 +294,52 @@ func olderProtocolFinishingRun(t *testing.T, short, fails bool) {
 		})
 	})
 }
+
+// expireCounter counts the calls of Claim that carry expire claims, and
+// those claims.
+type expireCounter struct {
+	*slotstore.Store
+	calls, claims *atomic.Int64
+}
+
+func (e expireCounter) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	n := 0
+	for _, c := range claims {
+		if c.Kind == slot.ClaimExpire {
+			n++
+		}
+	}
+	if n > 0 {
+		e.calls.Add(1)
+		e.claims.Add(int64(n))
+	}
+	return e.Store.Claim(ctx, claims)
+}
+
+// TestOlderProtocolRefusalsShareRoundTrips: while a replica of an older
+// protocol is live, the new one refuses every live slot of its five jobs
+// and sends each as an expire claim at its deadline; the five jobs' slots
+// share their deadlines, and their expire claims share a round trip.
+func TestOlderProtocolRefusalsShareRoundTrips(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		var calls, claims atomic.Int64
+		fns := map[string]jobs.Func{}
+		var table []scheduler.Job
+		for i := range 5 {
+			name := "j" + strconv.Itoa(i)
+			fns[name] = recorder(h.rdb, "effects", 10*time.Millisecond)
+			table = append(table, scheduler.Job{Name: name, Schedule: "@every 1s", MisfireGrace: 2 * time.Second})
+		}
+		h.startWith("new", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { return expireCounter{s, &calls, &claims} }},
+			registry(t, fns), table, scheduler.WithHeartbeatEvery(time.Second))
+		time.Sleep(2 * time.Second)
+		leave := h.olderReplica("old-1")
+		time.Sleep(8 * time.Second)
+		leave()
+		time.Sleep(4 * time.Second)
+		synctest.Wait()
+		if n, c := claims.Load(), calls.Load(); n < 5*4 || c*5 != n {
+			t.Fatalf("%d expire claims in %d calls of Claim; want at least 20, five to a call", n, c)
+		}
+	})
+}
