@@ -21,7 +21,9 @@ const finishLinger = 2 * time.Millisecond
 // is waiting in one round trip, and the finishes that arrive meanwhile in the
 // next. While other runs are still going it waits for them, up to
 // finishLinger, so that the runs of a tick share a round trip; a replica with
-// no other run going sends at once.
+// no other run going sends at once. A run that goes on for long (a job of
+// minutes) counts as going too, so while it runs every other finish waits
+// the whole finishLinger: 2 ms, against a run's length.
 type finisher struct {
 	s     *Scheduler
 	queue chan finishJob
