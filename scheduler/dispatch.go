@@ -87,7 +87,10 @@ func (r *runner) push(due time.Time, j *jobState, c slot.Claim) {
 // dispatch sends, in one round trip, every claim due at now: live slots up
 // to ahead after it.
 func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duration) {
-	if len(r.olderJobs) > 0 && !now.Before(r.olderCheck) && !r.rejoin(ctx, r.olderJobs) {
+	// Not while replicas of an older protocol are live again (a rollback):
+	// the read converts their records, so it waits for them, as the first
+	// read did. A read that fails is tried again a second later.
+	if len(r.olderJobs) > 0 && !now.Before(r.olderCheck) && (len(r.s.olderPeers()) > 0 || !r.rejoin(ctx, r.olderJobs)) {
 		r.olderCheck = now.Add(time.Second)
 	}
 	var batch []*pending

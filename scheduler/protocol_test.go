@@ -343,3 +343,50 @@ func TestOlderProtocolRefusalsShareRoundTrips(t *testing.T) {
 		}
 	})
 }
+
+// TestOlderProtocolComesBack: while old-1 finishes a run after it left, the
+// new replica reads the job's state again and again (its copy of old-1's
+// lease). When a replica of protocol 1 is live again (a rollback: old-2),
+// those reads stop as the first read waits: they would convert protocol
+// 1's records under a replica that keeps them, here a running slot whose
+// replica died, which old-2 is the one to settle.
+func TestOlderProtocolComesBack(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		theirs := time.Now().Truncate(time.Second)
+		key := func(s string) string { return h.prefix + ":{j}:" + s }
+		running := func(at time.Time, owner, token string) {
+			ref := strconv.FormatInt(at.Unix(), 10)
+			h.rdb.HSet(ctx, key("slot:"+ref), "slot", at.Unix(), "owner", owner, "token", token, "attempt", 1,
+				"fence", at.UnixMicro(), "state", "running", "lease", "job", "started", at.UnixMilli(), "run_id", "run-"+token)
+			h.rdb.PExpire(ctx, key("slot:"+ref), time.Hour)
+			h.rdb.ZAdd(ctx, key("running"), redis.Z{Score: float64(at.Unix()), Member: ref})
+		}
+		running(theirs, "old-1", "t1")
+		h.rdb.Set(ctx, key("lease"), "t1 "+strconv.FormatInt(theirs.Unix(), 10)+" old-1", 3*time.Second)
+		leave1 := h.olderReplica("old-1")
+		done := make(chan struct{})
+		go func() { // old-1's run, renewed for 10 s
+			defer close(done)
+			for end := theirs.Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+				h.rdb.PExpire(ctx, key("lease"), 3*time.Second)
+			}
+		}()
+		h.start("new", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}),
+			[]scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 3 * time.Second}},
+			scheduler.WithHeartbeatEvery(time.Second))
+		time.Sleep(2 * time.Second)
+		leave1()
+		time.Sleep(2 * time.Second) // the new replica has started, and reads old-1's run again every second
+		leave2 := h.olderReplica("old-2")
+		time.Sleep(1500 * time.Millisecond) // the new replica has seen old-2 in the registry
+		dead := theirs.Add(-time.Minute)
+		running(dead, "old-3", "t3") // a slot of a replica of protocol 1 that died, no lease left
+		time.Sleep(4 * time.Second)
+		if typ := h.rdb.Type(ctx, key("slot:"+strconv.FormatInt(dead.Unix(), 10))).Val(); typ != "hash" {
+			t.Errorf("a protocol-1 record, while old-2 is live: now a %s, read in under a replica of protocol 1", typ)
+		}
+		leave2()
+		<-done
+	})
+}
