@@ -132,12 +132,15 @@ func (s *Store) readRecords(ctx context.Context, job string, refs []string) ([]s
 	for k, i := range hashes {
 		cmds[k] = pipe.HGetAll(ctx, keys[i])
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	// Exec answers the first command's error; each HGETALL's is its own: a
+	// WRONGTYPE is a record written since the MGET, as a string, which this
+	// read, as of the MGET, does not see.
+	if _, err := pipe.Exec(ctx); err != nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {
 		return nil, nil, fmt.Errorf("slotstore: reading the records of %s: %w", job, err)
 	}
 	for k, i := range hashes {
 		h, err := cmds[k].Result()
-		if err != nil || len(h) == 0 { // WRONGTYPE would be a string written since: none read
+		if err != nil || len(h) == 0 {
 			continue
 		}
 		at, _ := strconv.ParseInt(refs[i], 10, 64)

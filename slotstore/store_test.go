@@ -1096,3 +1096,44 @@ func TestRenewReportsALostState(t *testing.T) {
 		t.Fatalf("renew with the job's state gone: %v, want lease lost and data loss", errs[0])
 	}
 }
+
+// landingClaim is a go-redis hook that, just before the first pipeline that
+// reads a record as a hash (HGETALL: protocol 1's), writes key as a
+// protocol-2 record: a claim landing between Record's two reads.
+type landingClaim struct {
+	rdb  *redis.Client
+	key  string
+	done bool
+}
+
+func (h *landingClaim) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *landingClaim) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *landingClaim) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !h.done && len(cmds) > 0 && cmds[0].Name() == "hgetall" {
+			h.done = true
+			if err := h.rdb.Set(ctx, h.key, "running 1 1 0 0 0 job tok run 1 2:r20:0:0:0:", time.Hour).Err(); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestRecordWhileAClaimLands: Record reads a slot's record as a string,
+// then, if there was none, as protocol 1's hash; a claim that writes the
+// record in between is read as no record yet (as of the first read), not
+// as an error.
+func TestRecordWhileAClaimLands(t *testing.T) {
+	srv, _, _ := newSlots(t)
+	rdb := srv.Client()
+	s, err := slotstore.New(rdb, srv.Key("landing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1_700_000_900, 0)
+	rdb.AddHook(&landingClaim{rdb: srv.Client(), key: slotstore.RecordKey(s.Prefix(), "tick", at)})
+	if _, ok, err := s.Record(context.Background(), "tick", at); err != nil || ok {
+		t.Fatalf("Record while a claim lands: found %v, %v; want no record yet, no error", ok, err)
+	}
+}
