@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/slot"
@@ -194,32 +197,39 @@ func TestPeek(t *testing.T) {
 	}
 }
 
-// TestPeekIsChunked: a peek of 600 slots is one round trip of three MGETs
-// (at most 256 keys each: an MGET of a hedging replica's 8,000 took Redis
-// 9 ms), and each slot reads as its own record.
-func TestPeekIsChunked(t *testing.T) {
-	srv := redistest.StartOwned(t)
-	rdb := srv.Client()
+// everySeventh is a store under prefix on a Redis of its own, whose round
+// trips trips counts, with the slot at at of each of 600 jobs, j0 to j599,
+// every 7th claimed by r1; and those 600 slots' claims as r2 sends them.
+func everySeventh(t *testing.T, prefix string, at time.Time) (*redis.Client, *pipelineCounter, *slotstore.Store, []slot.Claim) {
+	t.Helper()
+	rdb := redistest.StartOwned(t).Client()
 	trips := &pipelineCounter{}
 	rdb.AddHook(trips)
-	s, err := slotstore.New(rdb, "peek")
+	s, err := slotstore.New(rdb, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	at := time.Unix(1_700_007_000, 0)
-	var claims, peeks []slot.Claim
+	var claims, theirs []slot.Claim
 	for i := range 600 {
 		c := live(fmt.Sprintf("j%d", i), at, "r1")
 		if i%7 == 0 {
 			claims = append(claims, c)
 		}
 		c.Replica = "r2"
-		peeks = append(peeks, c)
+		theirs = append(theirs, c)
 	}
-	if _, err := s.Claim(ctx, claims); err != nil {
+	if _, err := s.Claim(context.Background(), claims); err != nil {
 		t.Fatal(err)
 	}
+	return rdb, trips, s, theirs
+}
+
+// TestPeekIsChunked: a peek of 600 slots is one round trip of three MGETs
+// (at most 256 keys each: an MGET of a hedging replica's 8,000 took Redis
+// 9 ms), and each slot reads as its own record.
+func TestPeekIsChunked(t *testing.T) {
+	rdb, trips, s, peeks := everySeventh(t, "peek", time.Unix(1_700_007_000, 0))
+	ctx := context.Background()
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -239,5 +249,58 @@ func TestPeekIsChunked(t *testing.T) {
 		if want := i%7 == 0; want != (r.State == slot.StateRunning && r.Owner == "r1") || r.Job != peeks[i].Job {
 			t.Fatalf("slot %d (%s) reads %+v", i, peeks[i].Job, r)
 		}
+	}
+}
+
+// TestMissing: a backstop's look at 600 slots, every 7th with a record and
+// one with a protocol-1 record (a hash), finds the others missing. When
+// every slot has a record it is one round trip of three EXISTS (256 keys at
+// most each, answered with a count) and finds none; a group short of
+// records is looked at again key by key, and only it.
+func TestMissing(t *testing.T) {
+	at := time.Unix(1_700_008_000, 0)
+	rdb, trips, s, looks := everySeventh(t, "miss", at)
+	ctx := context.Background()
+	if err := rdb.HSet(ctx, slotstore.RecordKey("miss", "j599", at), "state", "done").Err(); err != nil {
+		t.Fatal(err)
+	}
+	missing, err := s.Missing(ctx, looks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int
+	for i := range 600 {
+		if i%7 != 0 && i != 599 {
+			want = append(want, i)
+		}
+	}
+	if !slices.Equal(missing, want) {
+		t.Fatalf("Missing = %v, want %v", missing, want)
+	}
+	// Every slot recorded but one, in the last group of keys.
+	var rest []slot.Claim
+	for _, i := range want[:len(want)-1] {
+		rest = append(rest, looks[i])
+	}
+	if _, err := s.Claim(ctx, rest); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := trips.n.Load()
+	if missing, err := s.Missing(ctx, looks); err != nil || !slices.Equal(missing, want[len(want)-1:]) {
+		t.Fatalf("Missing = %v, %v; want [%d]", missing, err, want[len(want)-1])
+	}
+	n := trips.n.Load() - before
+	stats, _ := rdb.Info(ctx, "commandstats").Result()
+	if n != 2 || !strings.Contains(stats, fmt.Sprintf("cmdstat_exists:calls=%d,", 3+600-512)) {
+		t.Fatalf("a look at 600 slots, one missing in the last 88: %d round trips and %q; want 2, and 3+88 EXISTS", n, stats)
+	}
+	// All recorded: one round trip, three EXISTS.
+	claimOne(t, s, looks[want[len(want)-1]])
+	before = trips.n.Load()
+	if missing, err := s.Missing(ctx, looks); err != nil || len(missing) != 0 || trips.n.Load()-before != 1 {
+		t.Fatalf("Missing with every slot recorded = %v, %v in %d round trips; want none, in 1", missing, err, trips.n.Load()-before)
 	}
 }

@@ -327,3 +327,71 @@ func (s *Store) Peek(ctx context.Context, claims []slot.Claim) ([]slot.Record, e
 	}
 	return out, nil
 }
+
+// Missing returns the indexes, in order, of the claims whose slots have no
+// record (of either protocol), in one round trip when every slot has one,
+// changing nothing: the late check of a replica that a slot's routing does
+// not ask to claim it, so that the slot still ends with a record when every
+// replica it asks is gone. On a single server it is an EXISTS per maxPerMGet
+// slots, answered with a count: only a group short of records is read again,
+// a key at a time, in a second round trip. Otherwise it is one EXISTS per
+// slot.
+func (s *Store) Missing(ctx context.Context, claims []slot.Claim) ([]int, error) {
+	keys := make([]string, len(claims))
+	for i, c := range claims {
+		if err := checkJob(c.Job); err != nil {
+			return nil, err
+		}
+		keys[i] = s.recordOf(c)
+	}
+	fail := func(err error) ([]int, error) {
+		return nil, fmt.Errorf("slotstore: looking for the records of %d slots: %w", len(claims), err)
+	}
+	var short []int // the first index of each group found short of records
+	if s.topology == topoSingle {
+		pipe := s.rdb.Pipeline()
+		var cmds []*redis.IntCmd
+		for i := 0; i < len(keys); i += maxPerMGet {
+			cmds = append(cmds, pipe.Exists(ctx, keys[i:min(i+maxPerMGet, len(keys))]...))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fail(err)
+		}
+		for k, cmd := range cmds {
+			if n := min(maxPerMGet, len(keys)-k*maxPerMGet); cmd.Val() < int64(n) {
+				short = append(short, k*maxPerMGet)
+			}
+		}
+		if len(short) == 0 {
+			return nil, nil
+		}
+	}
+	pipe := s.rdb.Pipeline()
+	var at []int
+	var cmds []*redis.IntCmd
+	one := func(i int) {
+		at = append(at, i)
+		cmds = append(cmds, pipe.Exists(ctx, keys[i]))
+	}
+	if s.topology == topoSingle {
+		for _, first := range short {
+			for i := first; i < min(first+maxPerMGet, len(keys)); i++ {
+				one(i)
+			}
+		}
+	} else {
+		for i := range keys {
+			one(i)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fail(err)
+	}
+	var missing []int
+	for k, cmd := range cmds {
+		if cmd.Val() == 0 {
+			missing = append(missing, at[k])
+		}
+	}
+	return missing, nil
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -810,6 +811,11 @@ func TestSlotsOnCluster(t *testing.T) {
 		if err != nil {
 			t.Fatalf("renew %d: %v", i, err)
 		}
+	}
+	// A backstop's look, across the masters: only the unclaimed slot is missing.
+	looks := append(slices.Clone(claims[:12]), live("job-unclaimed", at, "r1"))
+	if missing, err := s.Missing(ctx, looks); err != nil || !slices.Equal(missing, []int{12}) {
+		t.Fatalf("Missing on cluster = %v, %v; want [12]", missing, err)
 	}
 	tk := takeover("job-0", at, "r2", true, 3)
 	if r := claimOne(t, s, tk); r.Outcome != slot.OutcomeAlive {
