@@ -40,6 +40,8 @@ func (r *runner) loop(ctx context.Context) {
 			r.onRunEnded(ev)
 		case req := <-r.s.triggers:
 			r.onTrigger(r.clock.Now(), req)
+		case <-r.s.departed:
+			r.reread = r.clock.Now()
 		}
 		if t != nil {
 			t.Stop()
@@ -71,11 +73,17 @@ func (r *runner) nextDue(ahead time.Duration) time.Time {
 	if len(r.queue) > 0 && (due.IsZero() || r.queue[0].due.Before(due)) {
 		due = r.queue[0].due
 	}
+	if len(r.sweeps) > 0 && (due.IsZero() || r.sweeps[0].due.Before(due)) {
+		due = r.sweeps[0].due
+	}
 	if len(r.backlog) > 0 {
 		due = r.clock.Now()
 	}
 	if len(r.olderJobs) > 0 && (due.IsZero() || r.olderCheck.Before(due)) {
 		due = r.olderCheck
+	}
+	if !r.reread.IsZero() && (due.IsZero() || r.reread.Before(due)) {
+		due = r.reread
 	}
 	return due
 }
@@ -92,6 +100,12 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 	// read did. A read that fails is tried again a second later.
 	if len(r.olderJobs) > 0 && !now.Before(r.olderCheck) && (len(r.s.olderPeers()) > 0 || !r.rejoin(ctx, r.olderJobs)) {
 		r.olderCheck = now.Add(time.Second)
+	}
+	if !r.reread.IsZero() && !now.Before(r.reread) {
+		r.reread = time.Time{}
+		if !r.watchAll(ctx, now) {
+			r.reread = now.Add(time.Second)
+		}
 	}
 	var batch []*pending
 	var hedge time.Duration
@@ -112,7 +126,8 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 				delete(r.onTime, j)
 			}
 		}
-		if r.hedged(j, n) { // another replica claims it first
+		switch r.role(j, n) { // other replicas claim it first
+		case roleHedge:
 			if hedge == 0 {
 				hedge = r.s.hedge()
 			}
@@ -120,6 +135,9 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 			// claimed ahead, has had that and more.
 			p.due, p.hedged = n.Add(hedge), true
 			heap.Push(&r.queue, p)
+			continue
+		case roleBackstop:
+			r.backstop(j, n)
 			continue
 		}
 		if n.Sub(now) > lead {
@@ -129,6 +147,11 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 			continue
 		}
 		batch = append(batch, p)
+	}
+	for len(r.sweeps) > 0 && !r.sweeps[0].due.After(now) {
+		sw := r.sweeps[0]
+		r.sweeps = r.sweeps[1:]
+		r.sweep(ctx, now, sw)
 	}
 	for len(r.queue) > 0 && !r.queue[0].due.After(now) && len(batch) < maxBatch {
 		batch = append(batch, heap.Pop(&r.queue).(*pending))
@@ -303,6 +326,25 @@ func (r *runner) rejoin(ctx context.Context, js []*jobState) bool {
 		return false
 	}
 	r.planOlder(r.clock.Now(), js, states)
+	return true
+}
+
+// watchAll reads every job's state again, once a replica has left the
+// registry, and watches every running slot not watched yet: under spread
+// routing only a slot's preferred replica and its hedgers learn that it
+// runs, so when its owner left with its hedgers, the slot would stay
+// running with nobody to settle it. It reports whether it could read them.
+func (r *runner) watchAll(ctx context.Context, now time.Time) bool {
+	sctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+	states, err := r.s.claimer.JobStates(sctx, r.s.table.Names)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("a replica left the registry, and the jobs' states cannot be read to watch the slots it ran; trying again in a second", "error", err)
+		}
+		return false
+	}
+	r.planOlder(now, r.s.jobs, states)
 	return true
 }
 
@@ -576,4 +618,66 @@ func (r *runner) peekFirst(ctx context.Context, batch []*pending) []*pending {
 		r.apply(ctx, now, p, res, st)
 	}
 	return rest
+}
+
+// backstopAfter is how long after a slot's time the replicas that are
+// neither its preferred one nor its hedgers look for its record (at most
+// half the job's misfire grace): long after either should have claimed it,
+// so that a look finds a record unless all of them are gone, and a replica
+// that runs behind does not add claims of its own to the load.
+const backstopAfter = time.Second
+
+// sweep is a backstop's look at the records of the slots due at one
+// instant: one EXISTS for them all.
+type sweep struct {
+	due, at time.Time
+	jobs    []*jobState
+}
+
+// backstop notes the slot of j at at for this replica's look a backstop
+// after it. The slots of an instant share one look; looks are kept in
+// order of due time.
+func (r *runner) backstop(j *jobState, at time.Time) {
+	due := at.Add(min(backstopAfter, j.MisfireGrace/2))
+	i, found := slices.BinarySearchFunc(r.sweeps, due, func(sw *sweep, due time.Time) int { return sw.due.Compare(due) })
+	for ; found && i < len(r.sweeps) && r.sweeps[i].due.Equal(due); i++ {
+		if r.sweeps[i].at.Equal(at) {
+			r.sweeps[i].jobs = append(r.sweeps[i].jobs, j)
+			return
+		}
+	}
+	r.sweeps = slices.Insert(r.sweeps, i, &sweep{due: due, at: at, jobs: []*jobState{j}})
+}
+
+// sweep looks for the records of a backstop's slots and queues a live
+// claim, read first as a hedged one, for each slot that has none: its
+// preferred replica and its hedgers are all gone (or far behind). When
+// the look fails, it queues one for every slot: the claim decides, and
+// retries until Redis answers, as a hedged claim does.
+func (r *runner) sweep(ctx context.Context, now time.Time, sw *sweep) {
+	claims := make([]slot.Claim, len(sw.jobs))
+	for i, j := range sw.jobs {
+		claims[i] = slot.Claim{Job: j.Name, Slot: sw.at}
+	}
+	sctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+	missing, err := r.s.claimer.Missing(sctx, claims)
+	cancel()
+	switch {
+	case ctx.Err() != nil: // stopping: nothing more is claimed
+		return
+	case err != nil:
+		r.log.Warn("cannot look for the records of slots this replica backs up: claiming them all",
+			"slotcron.slot", sw.at.UTC().Format(time.RFC3339), "slots", len(claims), "error", err)
+		missing = make([]int, len(claims))
+		for i := range missing {
+			missing[i] = i
+		}
+	case len(missing) > 0:
+		r.log.Warn("slots have no record a backstop after their time: neither their preferred replica nor their hedgers claimed them; claiming them",
+			"slotcron.slot", sw.at.UTC().Format(time.RFC3339), "slots", len(missing), "backstop", now.Sub(sw.at).String())
+	}
+	for _, i := range missing {
+		j := sw.jobs[i]
+		heap.Push(&r.queue, &pending{due: now, job: j, claim: r.bareClaim(slot.ClaimLive, j, sw.at), hedged: true})
+	}
 }

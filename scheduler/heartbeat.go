@@ -172,10 +172,16 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 	cands, same := candidates(me, reg, s.cfg.maxSkew)
 	older := reg.Older()
 	s.peers.mu.Lock()
-	before, olderBefore := s.peers.disagreements, s.peers.older
+	before, olderBefore, was := s.peers.disagreements, s.peers.older, s.peers.reg
 	s.peers.reg, s.peers.disagreements, s.peers.candidates, s.peers.sameTable = reg, dis, cands, same
 	s.peers.older = older
 	s.peers.mu.Unlock()
+	if left(was, reg) {
+		select { // the loop reads the jobs' states again: it may now watch the slots the replica that left ran
+		case s.departed <- struct{}{}:
+		default:
+		}
+	}
 	s.tel.disagree(len(dis))
 	s.tel.olderProtocol(len(older))
 	if !slices.Equal(olderBefore, older) {
@@ -196,6 +202,16 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// left reports whether a replica live in was is no longer live in now.
+func left(was, now slot.Registry) bool {
+	for _, p := range was.Replicas {
+		if !slices.ContainsFunc(now.Replicas, func(q slot.Replica) bool { return q.ID == p.ID }) {
+			return true
+		}
+	}
+	return false
 }
 
 // register publishes this replica for the first time. Another live process

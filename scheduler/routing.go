@@ -43,20 +43,48 @@ func candidates(me slot.Replica, reg slot.Registry, maxSkew time.Duration) (map[
 func preferred(ids []string, job string, at time.Time) string {
 	var best string
 	var top uint64
-	var n [20]byte
-	unix := strconv.AppendInt(n[:0], at.Unix(), 10)
-	// FNV-1a of "<job>\x00<unix>", then of each ID on top: no allocation,
-	// for every due slot of every job on every tick.
-	slotHash := fnv1a(fnv1a(fnv1a(fnvOffset, job), "\x00"), string(unix))
+	h := slotHash(job, at)
 	for _, id := range ids {
-		// FNV's low bits mix poorly for inputs that differ at the end:
-		// finish with a 64-bit mixer (splitmix64's).
-		w := mix(fnv1a(fnv1a(slotHash, "\x00"), id))
-		if best == "" || w > top {
+		if w := weight(h, id); best == "" || w > top {
 			best, top = id, w
 		}
 	}
 	return best
+}
+
+// rank returns self's place among ids in the rendezvous order of a slot of
+// job: 0 when it is the preferred replica (preferred's pick), 1 when it is
+// next, and so on; len(ids) when it is not among them.
+func rank(ids []string, self, job string, at time.Time) int {
+	if !slices.Contains(ids, self) {
+		return len(ids)
+	}
+	h := slotHash(job, at)
+	mine := weight(h, self)
+	n := 0
+	for _, id := range ids {
+		// Ties (never seen with 64-bit weights) go to the smaller ID, as
+		// in preferred, which keeps the first of equals.
+		if w := weight(h, id); w > mine || w == mine && id < self {
+			n++
+		}
+	}
+	return n
+}
+
+// slotHash is FNV-1a of "<job>\x00<unix>": no allocation, for every due
+// slot of every job on every tick.
+func slotHash(job string, at time.Time) uint64 {
+	var n [20]byte
+	unix := strconv.AppendInt(n[:0], at.Unix(), 10)
+	return fnv1a(fnv1a(fnv1a(fnvOffset, job), "\x00"), string(unix))
+}
+
+// weight is a replica's weight for a slot: FNV-1a of the slot's hash and
+// the ID, finished with a 64-bit mixer (splitmix64's), since FNV's low bits
+// mix poorly for inputs that differ at the end.
+func weight(slotHash uint64, id string) uint64 {
+	return mix(fnv1a(fnv1a(slotHash, "\x00"), id))
 }
 
 // FNV-1a, 64 bits, over a string, from h.
@@ -76,14 +104,32 @@ func mix(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// hedged reports whether this replica should claim a live slot of j a hedge
-// after its time rather than at it: under spread routing, when another live
-// replica is the slot's preferred one. With no registry yet, or when this
-// replica is not among the candidates (its own heartbeat is not in yet), it
-// claims at once: racing is always safe.
-func (r *runner) hedged(j *jobState, at time.Time) bool {
+// role is what a replica does for a live slot of a job.
+type role int
+
+const (
+	roleFirst    role = iota // claim it (just ahead of its time): its preferred replica, or routing race
+	roleHedge                // read its record a hedge after its time, and claim it if it has none
+	roleBackstop             // look for its record a backstop after its time, and claim it if it has none
+)
+
+// hedgers is how many replicas besides a slot's preferred one read its
+// record a hedge after its time (and claim it if it has none, and watch it
+// while it runs): the next ones in the slot's rendezvous order. The rest
+// only look, in one EXISTS for all the slots of an instant, a backstop
+// after it. Every replica reading every slot a hedge late cost each of
+// them a read, a trace and a watch per slot: at 20 replicas of 10,000
+// jobs, more than two cores could do.
+const hedgers = 2
+
+// role returns this replica's role for the slot of j at at: under spread
+// routing, by its place in the slot's rendezvous order over the live
+// candidates. With no registry yet, or when this replica is not among the
+// candidates (its own heartbeat is not in yet), it claims at once: racing
+// is always safe.
+func (r *runner) role(j *jobState, at time.Time) role {
 	if j.Routing != RoutingSpread {
-		return false
+		return roleFirst
 	}
 	r.s.peers.mu.Lock()
 	ids := r.s.peers.candidates[j.Name]
@@ -96,9 +142,15 @@ func (r *runner) hedged(j *jobState, at time.Time) bool {
 	}
 	r.s.peers.mu.Unlock()
 	if len(ids) < 2 || !slices.Contains(ids, r.self) {
-		return false
+		return roleFirst
 	}
-	return preferred(ids, j.Name, at) != r.self
+	switch n := rank(ids, r.self, j.Name, at); {
+	case n == 0:
+		return roleFirst
+	case n <= hedgers:
+		return roleHedge
+	}
+	return roleBackstop
 }
 
 // hedge is how long after a slot's time the replicas that are not its

@@ -34,6 +34,8 @@ type runner struct {
 	watching  map[slotKey]bool
 	batches   aheadMeter        // how long claim batches took, for ahead
 	onTime    map[*jobState]int // jobs whose next slots are claimed at their time, and how many
+	sweeps    []*sweep          // a backstop's looks at slots' records, by due time
+	reread    time.Time         // when every job's state is read again (a replica left); zero: not due
 	barred    bool              // claims were refused while replicas of an older protocol were live
 	// olderJobs are the jobs with runs that replicas of an older protocol
 	// are finishing (slot.JobState.OlderRuns): their states are read again

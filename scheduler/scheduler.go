@@ -31,6 +31,9 @@ type Claimer interface {
 	// Peek reads the records of the claims' slots (state and owner; a zero
 	// Record for a slot with none), in one round trip, changing nothing.
 	Peek(ctx context.Context, claims []slot.Claim) ([]slot.Record, error)
+	// Missing returns the indexes of the claims whose slots have no record,
+	// changing nothing; cheaper than Peek when most have one.
+	Missing(ctx context.Context, claims []slot.Claim) ([]int, error)
 	// Heartbeat publishes this replica and returns the live replicas (and
 	// other deployments); an error wrapping slot.ErrDuplicateReplica when
 	// another live process has its ID.
@@ -59,6 +62,7 @@ type Scheduler struct {
 	probedWall, probedMono time.Time
 
 	probeNow chan struct{} // 1-buffered: "probe now", to the clock loop
+	departed chan struct{} // 1-buffered: "a replica left the registry", to the loop
 
 	triggers chan triggerReq // Trigger, to the loop
 	looping  atomic.Bool     // the loop runs: Trigger hands it requests
@@ -94,7 +98,7 @@ func New(claimer Claimer, registry *jobs.Registry, opts ...Option) (*Scheduler, 
 			errs = append(errs, err)
 		}
 	}
-	s := &Scheduler{cfg: cfg, claimer: claimer, log: cfg.logger, probeNow: make(chan struct{}, 1), instance: newTokenBase()[:12],
+	s := &Scheduler{cfg: cfg, claimer: claimer, log: cfg.logger, probeNow: make(chan struct{}, 1), departed: make(chan struct{}, 1), instance: newTokenBase()[:12],
 		triggers: make(chan triggerReq), loopDone: make(chan struct{})}
 	seen := map[string]bool{}
 	for _, j := range cfg.jobs {

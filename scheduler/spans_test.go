@@ -49,6 +49,13 @@ func (s *scripted) Leave(context.Context, slot.Replica) error { return nil }
 func (s *scripted) Peek(_ context.Context, claims []slot.Claim) ([]slot.Record, error) {
 	return make([]slot.Record, len(claims)), nil // no record: every claim goes out
 }
+func (s *scripted) Missing(_ context.Context, claims []slot.Claim) ([]int, error) {
+	all := make([]int, len(claims)) // no record: every claim goes out
+	for i := range all {
+		all[i] = i
+	}
+	return all, nil
+}
 func (s *scripted) Prepare(context.Context) error { return nil }
 func (s *scripted) Probe(context.Context) (slot.Probe, error) {
 	return slot.Probe{Now: time.Now().Add(s.skew), Epoch: "scripted"}, nil

@@ -1,0 +1,187 @@
+package scheduler_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// readLog counts, per replica, the slots whose records it read (Peek: a
+// hedger's read) and looked for (Missing: a backstop's look).
+type readLog struct {
+	mu            sync.Mutex
+	peeks, misses map[string]int
+}
+
+func newReadLog() *readLog { return &readLog{peeks: map[string]int{}, misses: map[string]int{}} }
+
+func (l *readLog) wrap(s *slotstore.Store) scheduler.Claimer { return readCounter{s, l} }
+
+type readCounter struct {
+	*slotstore.Store
+	l *readLog
+}
+
+func (c readCounter) Peek(ctx context.Context, claims []slot.Claim) ([]slot.Record, error) {
+	c.l.mu.Lock()
+	for _, cl := range claims {
+		if cl.Kind == slot.ClaimLive {
+			c.l.peeks[cl.Job+"@"+cl.Slot.UTC().Format(time.RFC3339)]++
+		}
+	}
+	c.l.mu.Unlock()
+	return c.Store.Peek(ctx, claims)
+}
+
+func (c readCounter) Missing(ctx context.Context, claims []slot.Claim) ([]int, error) {
+	c.l.mu.Lock()
+	for _, cl := range claims {
+		c.l.misses[cl.Job+"@"+cl.Slot.UTC().Format(time.RFC3339)]++
+	}
+	c.l.mu.Unlock()
+	return c.Store.Missing(ctx, claims)
+}
+
+// TestSpreadBoundsTheHedgers: six replicas of a job every second. Each slot
+// is claimed by its preferred replica, read a hedge later by the next two
+// in its rendezvous order (the hedgers), and only looked for, a backstop
+// later, by the other three: two reads of its record and three looks, not
+// five reads; and every slot runs once, on time.
+func TestSpreadBoundsTheHedgers(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		l := &runLog{runs: map[int64][]ran{}}
+		reads := newReadLog()
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		for _, id := range []string{"r1", "r2", "r3", "r4", "r5", "r6"} {
+			h.startWith(id, replicaOpts{claimer: reads.wrap}, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+		}
+		from := nextSecond(0).Add(10 * time.Second) // every replica has heartbeated since all started
+		to := from.Add(60 * time.Second)
+		sleepUntil(to.Add(2 * scheduler.BackstopAfter))
+		synctest.Wait()
+		for at, r := range l.between(t, from, to) {
+			if r.delay != 0 {
+				t.Errorf("slot %v started %v late", time.Unix(at, 0).UTC(), r.delay)
+			}
+		}
+		reads.mu.Lock()
+		defer reads.mu.Unlock()
+		for at := from; at.Before(to); at = at.Add(time.Second) {
+			k := "tick@" + at.UTC().Format(time.RFC3339)
+			if reads.peeks[k] != 2 || reads.misses[k] != 3 {
+				t.Errorf("slot %s: its record read by %d replicas and looked for by %d; want 2 (its hedgers) and 3 (the rest)", k, reads.peeks[k], reads.misses[k])
+			}
+		}
+	})
+}
+
+// TestSpreadBackstopStartsTheSlot: five replicas, four of them cut off
+// from Redis at once. Until the registry drops them, the slots for which
+// the live one is the preferred replica start on time, those for which it
+// is a hedger one hedge late, and those whose preferred replica and both
+// hedgers are cut off, one backstop late, on its look for their records:
+// every slot starts once, none later than that.
+func TestSpreadBackstopStartsTheSlot(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		l := &runLog{runs: map[int64][]ran{}}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		ids := []string{"r1", "r2", "r3", "r4", "r5"}
+		var cut []*replica
+		for _, id := range ids {
+			r := h.start(id, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+			if id != "r5" {
+				cut = append(cut, r)
+			}
+		}
+		from := nextSecond(0).Add(10 * time.Second)
+		sleepUntil(from.Add(-500 * time.Millisecond))
+		for _, r := range cut {
+			r.net.freeze()
+		}
+		stale := from.Add(4 * scheduler.DefaultHeartbeatEvery) // dropped, and seen dropped
+		to := stale.Add(10 * time.Second)
+		sleepUntil(to.Add(2 * scheduler.BackstopAfter))
+		for _, r := range cut {
+			r.net.thaw()
+		}
+		synctest.Wait()
+		want := map[int]time.Duration{0: 0, 1: hedge, 2: hedge, 3: scheduler.BackstopAfter, 4: scheduler.BackstopAfter}
+		backstopped := 0
+		for at, r := range l.between(t, from, to) {
+			slotAt := time.Unix(at, 0)
+			w := want[scheduler.Rank(ids, "r5", "tick", slotAt)] // or 0, once the registry has dropped the others
+			switch {
+			case r.replica != "r5":
+				t.Errorf("slot %v ran on %s, which was cut off", slotAt.UTC(), r.replica)
+			case r.delay > w:
+				t.Errorf("slot %v started %v late; want %v at most (r5's place in its order: %d)", slotAt.UTC(), r.delay, w,
+					scheduler.Rank(ids, "r5", "tick", slotAt))
+			case r.delay > hedge:
+				backstopped++
+			}
+			if !slotAt.Before(stale) && r.delay != 0 {
+				t.Errorf("slot %v started %v late, after the registry dropped the cut-off replicas", slotAt.UTC(), r.delay)
+			}
+		}
+		if backstopped == 0 {
+			t.Errorf("no slot was started by the backstop: was r5 never last but one or last in a slot's order?")
+		}
+		t.Logf("%d slots started one backstop late", backstopped)
+	})
+}
+
+// TestSpreadOwnerLeavesWithItsHedgers: five replicas of a long job. Once a
+// slot runs, its owner and both of its hedgers (the only replicas that
+// read its record, and so watch it) are cut off from Redis. When the
+// registry drops them, the two left read every job's state again, find the
+// slot still running, and settle it once the owner's lease has run out:
+// it ends abandoned, not running with nobody to look at it.
+func TestSpreadOwnerLeavesWithItsHedgers(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		table := []scheduler.Job{{Name: "long", Schedule: "@every 1m", LeaseTTL: 10 * time.Second}}
+		ids := []string{"r1", "r2", "r3", "r4", "r5"}
+		at := nextSecond(0).Add(time.Minute).Truncate(time.Minute)
+		long := func(ctx context.Context, run jobs.Run) error { // the slot at at runs until its lease is lost
+			if !run.Slot.Equal(at) {
+				return nil
+			}
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
+		reps := map[string]*replica{}
+		for _, id := range ids {
+			reps[id] = h.start(id, registry(t, map[string]jobs.Func{"long": long}), table, scheduler.WithHedge(hedge))
+		}
+		sleepUntil(at.Add(2 * time.Second)) // it runs, and its hedgers have read its record
+		synctest.Wait()
+		var gone []string
+		for _, id := range ids {
+			if scheduler.Rank(ids, id, "long", at) <= 2 {
+				reps[id].net.freeze()
+				gone = append(gone, id)
+			}
+		}
+		rec, ok := h.record("long", at.Unix())
+		if !ok || rec.State != slot.StateRunning || rec.Owner != gone[0] && rec.Owner != gone[1] && rec.Owner != gone[2] {
+			t.Fatalf("slot %v before the cut: %+v (%v); want running, on one of %v", at.UTC(), rec, ok, gone)
+		}
+		// Dropped after three heartbeats, seen dropped at the next, then
+		// one lease TTL and a watch.
+		sleepUntil(at.Add(2*time.Second + 4*scheduler.DefaultHeartbeatEvery + 10*time.Second + 5*time.Second))
+		synctest.Wait()
+		rec, _ = h.record("long", at.Unix())
+		if rec.State != slot.StateAbandoned {
+			t.Errorf("slot %v after its owner and hedgers (%v) left: %s by %s; want abandoned by one of the others", at.UTC(), gone, rec.State, rec.Owner)
+		}
+		for _, id := range gone {
+			reps[id].net.thaw()
+		}
+	})
+}
