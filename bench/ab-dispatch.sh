@@ -2,7 +2,8 @@
 # Runs BenchmarkDispatch with 5 replicas for an older revision and for the
 # working tree, alternating, ROUNDS times each, and prints each round and the
 # medians side by side: dispatch p50 and p99, Redis's CPU per slot (all of
-# it, and in scripts), the longest command and the replicas' CPU per slot.
+# it, and in scripts), the longest command, the replicas' CPU per slot, the
+# share of runs started and the process's RSS (BenchmarkScale only).
 # The older revision is built from a temporary git worktree. BENCH runs
 # another benchmark cell instead (a -test.bench pattern). OLD_ENV and
 # NEW_ENV are settings (VAR=value ...) that each side runs with: with HEAD as
@@ -33,13 +34,13 @@ for _ in $(seq "$rounds"); do
     # shellcheck disable=SC2086 # settings is a list of VAR=value words
     env $settings "$tmp/$v.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x -test.timeout 30m | grep '^Benchmark' |
       awk -v v="$v" '{ for (i = 1; i <= NF; i++) m[$i] = $(i-1)
-        printf "%s p50-ms %s p99-ms %s redis-cpu-us/slot %s redis-script-us/slot %s slowest-cmd-ms %s go-cpu-us/slot %s cmds-over-5ms %s started-%% %s\n", v,
-          m["p50-ms"], m["p99-ms"], m["redis-cpu-us/slot"], m["redis-script-us/slot"], m["slowest-cmd-ms"], m["go-cpu-us/slot"], m["cmds-over-5ms"], m["started-%"] }'
+        printf "%s p50-ms %s p99-ms %s redis-cpu-us/slot %s redis-script-us/slot %s slowest-cmd-ms %s go-cpu-us/slot %s cmds-over-5ms %s started-%% %s rss-mb %s\n", v,
+          m["p50-ms"], m["p99-ms"], m["redis-cpu-us/slot"], m["redis-script-us/slot"], m["slowest-cmd-ms"], m["go-cpu-us/slot"], m["cmds-over-5ms"], m["started-%"], m["rss-mb"] }'
   done
 done | tee "$tmp/rounds"
 echo "$bench; machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(redis-server --version | awk '{ print $3 }')"
 for v in old new; do
-  for col in 3 5 7 9 11 13 15 17; do
+  for col in 3 5 7 9 11 13 15 17 19; do
     grep "^$v " "$tmp/rounds" | awk -v c="$col" '{ print $c }' | sort -n |
       awk -v v="$v" -v m="$(grep "^$v " "$tmp/rounds" | head -1 | awk -v c="$col" '{ print $(c-1) }')" '{ x[NR] = $1 } END { med = (NR % 2) ? x[(NR+1)/2] : (x[NR/2] + x[NR/2+1]) / 2; printf "  %s (%s)  %-20s median %8.3f   (min %.3f, max %.3f)\n", v, (v == "old" ? "'"$old${old_env:+ $old_env}"'" : "working tree'"${new_env:+ $new_env}"'"), m, med, x[1], x[NR] }'
   done
