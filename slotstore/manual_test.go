@@ -304,3 +304,29 @@ func TestMissing(t *testing.T) {
 		t.Fatalf("Missing with every slot recorded = %v, %v in %d round trips; want none, in 1", missing, err, trips.n.Load()-before)
 	}
 }
+
+// TestRunning: Running lists, per job, the slots its state lists running:
+// a scheduled slot still running (not one that has finished), a manual
+// slot by its ID; a job with none, or with no state at all, is left out.
+func TestRunning(t *testing.T) {
+	_, _, s := newSlots(t)
+	at := time.Unix(1_700_009_000, 0)
+	done := claimOne(t, s, live("ra", at, "r1"))
+	if err := finish(s, done.Lease, slot.StateDone, ""); err != nil {
+		t.Fatal(err)
+	}
+	claimOne(t, s, live("ra", at.Add(time.Second), "r1"))
+	claimOne(t, s, manual("rb", "k1", "r2"))
+	ended := claimOne(t, s, live("rc", at, "r1"))
+	if err := finish(s, ended.Lease, slot.StateFailed, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Running(context.Background(), []string{"ra", "rb", "rc", "never"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !slices.Equal(got["ra"].Running, []time.Time{at.Add(time.Second)}) || len(got["ra"].RunningManual) != 0 ||
+		len(got["rb"].Running) != 0 || !slices.Equal(got["rb"].RunningManual, []string{"k1"}) {
+		t.Fatalf("Running = %+v; want ra's slot %v and rb's manual slot k1", got, at.Add(time.Second).Unix())
+	}
+}
