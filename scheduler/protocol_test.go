@@ -390,3 +390,39 @@ func TestOlderProtocolComesBack(t *testing.T) {
 		<-done
 	})
 }
+
+// TestOlderProtocolDepartureConvertsNothing: while a replica of protocol 1
+// is live (a rollback), a new replica that leaves the registry makes the
+// other new one read which slots run, to watch those the one that left may
+// have been watching. That read must leave protocol 1's records alone:
+// reading them in (JobStates) would take a running slot from under the
+// replicas that own it.
+func TestOlderProtocolDepartureConvertsNothing(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 3 * time.Second}}
+		h.start("n1", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}), table,
+			scheduler.WithHeartbeatEvery(time.Second))
+		n2 := h.start("n2", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}), table,
+			scheduler.WithHeartbeatEvery(time.Second))
+		time.Sleep(3 * time.Second)
+		leave := h.olderReplica("old-1")
+		time.Sleep(1500 * time.Millisecond) // both new replicas have seen it
+		dead := time.Now().Truncate(time.Second).Add(-time.Minute)
+		ref := strconv.FormatInt(dead.Unix(), 10)
+		rec := h.prefix + ":{j}:slot:" + ref
+		h.rdb.HSet(ctx, rec, "slot", dead.Unix(), "owner", "old-1", "token", "t1", "attempt", 1,
+			"fence", dead.UnixMicro(), "state", "running", "lease", "job", "started", dead.UnixMilli(), "run_id", "run-t1")
+		h.rdb.PExpire(ctx, rec, time.Hour)
+		h.rdb.ZAdd(ctx, h.prefix+":{j}:running", redis.Z{Score: float64(dead.Unix()), Member: ref})
+		n2.stop()
+		time.Sleep(5 * time.Second) // n1 has seen n2 leave, and read again
+		if typ := h.rdb.Type(ctx, rec).Val(); typ != "hash" {
+			t.Errorf("protocol 1's running record, while old-1 is live and after n2 left: now a %s, read in", typ)
+		}
+		if n := h.rdb.ZCard(ctx, h.prefix+":{j}:running").Val(); n != 1 {
+			t.Errorf("protocol 1's running set holds %d slots after n2 left, want 1", n)
+		}
+		leave()
+	})
+}

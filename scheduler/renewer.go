@@ -44,6 +44,19 @@ func (rn *renewer) add(l slot.Lease, st *slotTrace) {
 	rn.mu.Unlock()
 }
 
+// holds reports whether this replica holds a lease for the slot of job at
+// at: runs it.
+func (rn *renewer) holds(job string, at time.Time) bool {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	for l := range rn.leases {
+		if l.Job() == job && l.Slot().Equal(at) {
+			return true
+		}
+	}
+	return false
+}
+
 func (rn *renewer) remove(l slot.Lease) {
 	rn.mu.Lock()
 	delete(rn.leases, l)

@@ -131,16 +131,7 @@ func (r *runner) role(j *jobState, at time.Time) role {
 	if j.Routing != RoutingSpread {
 		return roleFirst
 	}
-	r.s.peers.mu.Lock()
-	ids := r.s.peers.candidates[j.Name]
-	if same := r.s.peers.sameTable; len(same) > 0 {
-		if len(ids) == 0 {
-			ids = same
-		} else {
-			ids = slices.Sorted(slices.Values(append(slices.Clone(ids), same...)))
-		}
-	}
-	r.s.peers.mu.Unlock()
+	ids := r.s.candidatesOf(j.Name)
 	if len(ids) < 2 || !slices.Contains(ids, r.self) {
 		return roleFirst
 	}
@@ -151,6 +142,21 @@ func (r *runner) role(j *jobState, at time.Time) role {
 		return roleHedge
 	}
 	return roleBackstop
+}
+
+// candidatesOf returns the IDs of the live replicas that spread routing
+// picks from for job, as the last heartbeat found them, sorted.
+func (s *Scheduler) candidatesOf(job string) []string {
+	s.peers.mu.Lock()
+	defer s.peers.mu.Unlock()
+	ids := s.peers.candidates[job]
+	if same := s.peers.sameTable; len(same) > 0 {
+		if len(ids) == 0 {
+			return same
+		}
+		return slices.Sorted(slices.Values(append(slices.Clone(ids), same...)))
+	}
+	return ids
 }
 
 // hedge is how long after a slot's time the replicas that are not its

@@ -89,3 +89,39 @@ func TestLargeTablesPublishTheirHash(t *testing.T) {
 		t.Fatal("TableHash is not a function of the table")
 	}
 }
+
+// TestBackstopLooks: a backstop's looks are half a second after their
+// slot's time, a whole second later for each time the hedge and four of
+// the replica's slowest recent claim batches do not fit, and no later than
+// half the job's misfire grace; the slots of an instant share a look, and
+// looks stay in order of due time.
+func TestBackstopLooks(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	every := &jobState{Job: Job{Name: "a", MisfireGrace: time.Minute}}
+	other := &jobState{Job: Job{Name: "b", MisfireGrace: time.Minute}}
+	short := &jobState{Job: Job{Name: "c", MisfireGrace: 400 * time.Millisecond}}
+	r := &runner{}
+	r.backstop(every, at.Add(time.Second), 40*time.Millisecond)
+	r.backstop(other, at.Add(time.Second), 40*time.Millisecond)
+	r.backstop(short, at.Add(time.Second), 40*time.Millisecond)
+	r.backstop(every, at, 40*time.Millisecond)
+	r.batches.add(300 * time.Millisecond) // the hedge and four batches: 1.24 s
+	r.backstop(every, at.Add(2*time.Second), 40*time.Millisecond)
+	type look struct {
+		due, at time.Duration
+		jobs    int
+	}
+	want := []look{
+		{500 * time.Millisecond, 0, 1},
+		{1200 * time.Millisecond, time.Second, 1},     // c: half its grace
+		{1500 * time.Millisecond, time.Second, 2},     // a and b share a look
+		{3500 * time.Millisecond, 2 * time.Second, 1}, // 1.5 s: 0.5 s did not fit 1.24 s
+	}
+	var got []look
+	for _, sw := range r.sweeps {
+		got = append(got, look{sw.due.Sub(at), sw.at.Sub(at), len(sw.jobs)})
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("looks (due, slot, jobs after %v) = %v, want %v", at, got, want)
+	}
+}

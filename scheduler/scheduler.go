@@ -34,6 +34,9 @@ type Claimer interface {
 	// Missing returns the indexes of the claims whose slots have no record,
 	// changing nothing; cheaper than Peek when most have one.
 	Missing(ctx context.Context, claims []slot.Claim) ([]int, error)
+	// Running returns the slots each job's state lists running, changing
+	// nothing (unlike JobStates, which reads in an older protocol's state).
+	Running(ctx context.Context, jobs []string) (map[string]slot.JobState, error)
 	// Heartbeat publishes this replica and returns the live replicas (and
 	// other deployments); an error wrapping slot.ErrDuplicateReplica when
 	// another live process has its ID.

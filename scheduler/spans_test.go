@@ -56,6 +56,9 @@ func (s *scripted) Missing(_ context.Context, claims []slot.Claim) ([]int, error
 	}
 	return all, nil
 }
+func (s *scripted) Running(context.Context, []string) (map[string]slot.JobState, error) {
+	return nil, nil
+}
 func (s *scripted) Prepare(context.Context) error { return nil }
 func (s *scripted) Probe(context.Context) (slot.Probe, error) {
 	return slot.Probe{Now: time.Now().Add(s.skew), Epoch: "scripted"}, nil
