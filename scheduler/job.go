@@ -39,9 +39,12 @@ type Routing string
 const (
 	// RoutingSpread: the slot's preferred replica, chosen by rendezvous
 	// hashing of (job, slot) over the live replicas that run the job, claims
-	// at the slot's time; the others claim a hedge later, and win only when
-	// the preferred one did not (it is dead, frozen, partitioned or
-	// refusing). Slots spread evenly over the replicas. The default.
+	// at the slot's time; the next two in that order (its hedgers) read
+	// its record a hedge later and claim it only if it has none, and win
+	// only when the preferred one did not (it is dead, frozen, partitioned
+	// or refusing); the rest look for its record half a second later (a
+	// backstop) and claim it only if it still has none. Slots spread evenly
+	// over the replicas. The default.
 	RoutingSpread Routing = "spread"
 	// RoutingRace: every replica claims at the slot's time; the fastest wins.
 	RoutingRace Routing = "race"

@@ -265,8 +265,9 @@ func WithClaimAhead(d time.Duration) Option {
 	}
 }
 
-// WithHedge sets how long after a slot's time the replicas that are not its
-// preferred one claim it (spread routing). The default, 0, is four round
+// WithHedge sets how long after a slot's time its hedgers, the two
+// replicas after its preferred one, read its record and claim it if it has
+// none (spread routing). The default, 0, is four round
 // trips to Redis, within [5ms, 250ms]. A longer hedge costs that much delay
 // when the preferred replica is gone; a shorter one lets replicas race more
 // often.
