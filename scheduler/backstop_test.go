@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -12,6 +13,16 @@ import (
 	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
 )
+
+// onTime fails t unless every slot in [from, to) ran once, at its time.
+func (l *runLog) onTime(t *testing.T, from, to time.Time) {
+	t.Helper()
+	for at, r := range l.between(t, from, to) {
+		if r.delay != 0 {
+			t.Errorf("slot %v started %v late on %s", time.Unix(at, 0).UTC(), r.delay, r.replica)
+		}
+	}
+}
 
 // readLog counts, per replica, the slots whose records it read (Peek: a
 // hedger's read) and looked for (Missing: a backstop's look).
@@ -66,11 +77,7 @@ func TestSpreadBoundsTheHedgers(t *testing.T) {
 		to := from.Add(60 * time.Second)
 		sleepUntil(to.Add(2 * scheduler.BackstopAfter))
 		synctest.Wait()
-		for at, r := range l.between(t, from, to) {
-			if r.delay != 0 {
-				t.Errorf("slot %v started %v late", time.Unix(at, 0).UTC(), r.delay)
-			}
-		}
+		l.onTime(t, from, to)
 		reads.mu.Lock()
 		defer reads.mu.Unlock()
 		for at := from; at.Before(to); at = at.Add(time.Second) {
@@ -182,6 +189,70 @@ func TestSpreadOwnerLeavesWithItsHedgers(t *testing.T) {
 		}
 		for _, id := range gone {
 			reps[id].net.thaw()
+		}
+	})
+}
+
+// failingLooks is a store whose backstop looks all fail, and which counts
+// the live claims it sends, by slot.
+type failingLooks struct {
+	*slotstore.Store
+	mu     sync.Mutex
+	claims map[int64]int
+}
+
+func (f *failingLooks) Missing(context.Context, []slot.Claim) ([]int, error) {
+	return nil, errors.New("injected: the look timed out")
+}
+
+func (f *failingLooks) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	f.mu.Lock()
+	for _, c := range claims {
+		if c.Kind == slot.ClaimLive {
+			f.claims[c.Slot.Unix()]++
+		}
+	}
+	f.mu.Unlock()
+	return f.Store.Claim(ctx, claims)
+}
+
+// TestSpreadBackstopWhoseLookFails: five healthy replicas, one of which
+// cannot look for its backstop slots' records (the look fails). It falls
+// back to reading each slot's record, as a hedger does, and claims none of
+// them, since each has one: a failed look does not turn into a claim per
+// slot against a Redis that is already slow. Every slot runs once, on time.
+func TestSpreadBackstopWhoseLookFails(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		l := &runLog{runs: map[int64][]ran{}}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		ids := []string{"r1", "r2", "r3", "r4", "r5"}
+		fl := &failingLooks{claims: map[int64]int{}}
+		for _, id := range ids {
+			ro := replicaOpts{}
+			if id == "r5" {
+				ro.claimer = func(s *slotstore.Store) scheduler.Claimer { fl.Store = s; return fl }
+			}
+			h.startWith(id, ro, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+		}
+		from := nextSecond(0).Add(10 * time.Second)
+		to := from.Add(30 * time.Second)
+		sleepUntil(to.Add(2 * scheduler.BackstopAfter))
+		synctest.Wait()
+		l.onTime(t, from, to)
+		fl.mu.Lock()
+		defer fl.mu.Unlock()
+		backstopped := 0
+		for at := from; at.Before(to); at = at.Add(time.Second) {
+			n := scheduler.Rank(ids, "r5", "tick", at)
+			if n > 2 {
+				backstopped++
+			}
+			if n > 0 && fl.claims[at.Unix()] != 0 {
+				t.Errorf("slot %v: r5 (place %d in its order) sent %d claims; want none: it has a record", at.UTC(), n, fl.claims[at.Unix()])
+			}
+		}
+		if backstopped == 0 {
+			t.Errorf("r5 backed up no slot: the test shows nothing")
 		}
 	})
 }

@@ -347,15 +347,20 @@ func (r *runner) watchAll(ctx context.Context, now time.Time) bool {
 		return false
 	}
 	for _, j := range r.s.jobs {
-		st := states[j.Name]
+		st, ok := states[j.Name]
+		if !ok {
+			continue
+		}
+		var ids []string
+		if j.Routing == RoutingSpread {
+			ids = r.s.candidatesOf(j.Name)
+		}
 		for _, at := range st.Running {
-			if j.Routing == RoutingSpread {
-				ids := r.s.candidatesOf(j.Name)
-				if rank(ids, r.self, j.Name, at) > hedgers || r.renew.holds(j.Name, at) {
-					continue
-				}
+			t := target{at: at}
+			if j.Routing == RoutingSpread && (rank(ids, r.self, j.Name, at) > hedgers || r.renew.holds(t.key(j.Name))) {
+				continue
 			}
-			r.watch(now, j, target{at: at}, -1)
+			r.watch(now, j, t, -1)
 		}
 		for _, id := range st.RunningManual {
 			r.watch(now, j, target{manual: id}, -1)
@@ -661,8 +666,8 @@ type sweep struct {
 // order of due time.
 func (r *runner) backstop(j *jobState, at time.Time, hedge time.Duration) {
 	after := backstopAfter
-	for after < hedge+4*r.batches.longest() {
-		after += time.Second
+	if need := hedge + 4*r.batches.longest(); need > after { // whole seconds more: still off the second
+		after += (need - after + time.Second - 1) / time.Second * time.Second
 	}
 	due := at.Add(min(after, j.MisfireGrace/2))
 	i, found := slices.BinarySearchFunc(r.sweeps, due, func(sw *sweep, due time.Time) int { return sw.due.Compare(due) })
@@ -678,8 +683,9 @@ func (r *runner) backstop(j *jobState, at time.Time, hedge time.Duration) {
 // sweepDue looks, in one round trip, for the records of the slots of every
 // look due by now, and queues a live claim for each slot that has none:
 // its preferred replica and its hedgers are all gone (or far behind). When
-// the look fails, it queues one for every slot: the claim decides, and is
-// sent again until Redis answers.
+// the look fails, it queues a hedged claim for every slot (read first, and
+// sent only if the slot has no record): the claim decides, and is sent
+// again until Redis answers.
 func (r *runner) sweepDue(ctx context.Context, now time.Time) {
 	var js []*jobState
 	var claims []slot.Claim
@@ -701,12 +707,13 @@ func (r *runner) sweepDue(ctx context.Context, now time.Time) {
 	case ctx.Err() != nil: // stopping: nothing more is claimed
 		return
 	case err != nil:
-		r.log.Warn("cannot look for the records of slots this replica backs up: claiming them all",
+		// Hedged: each is read first, and claimed only if it has no record.
+		r.log.Warn("cannot look for the records of slots this replica backs up: reading them again, and claiming those with none",
 			"slots", len(claims), "error", err)
-		missing = make([]int, len(claims))
-		for i := range missing {
-			missing[i] = i
+		for i, j := range js {
+			heap.Push(&r.queue, &pending{due: now, job: j, claim: r.bareClaim(slot.ClaimLive, j, claims[i].Slot), hedged: true})
 		}
+		return
 	case len(missing) > 0:
 		r.log.Warn("slots have no record a backstop after their time: neither their preferred replica nor its hedgers "+
 			"claimed them (or this replica's clock runs ahead); claiming them",

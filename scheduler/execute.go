@@ -22,7 +22,7 @@ const finishTimeout = 5 * time.Second
 // from now on.
 func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrace) {
 	st.startRun()
-	r.renew.add(lease, st)
+	r.renew.add(lease, targetOf(c).key(j.Name), st)
 	r.jobsWG.Add(1)
 	r.finisher.going.Add(1)
 	go func() {

@@ -16,12 +16,15 @@ type renewer struct {
 	s      *Scheduler
 	period time.Duration
 
-	mu     sync.Mutex
-	leases map[slot.Lease]*held
+	mu      sync.Mutex
+	leases  map[slot.Lease]*held
+	running map[slotKey]int // the slots of the leases, counted
 }
 
-// held is a lease being renewed, with the trace its events go to.
+// held is a lease being renewed, with its slot and the trace its events go
+// to.
 type held struct {
+	slot     slotKey
 	trace    *slotTrace
 	renewals int
 }
@@ -35,31 +38,31 @@ func newRenewer(s *Scheduler) *renewer {
 			}
 		}
 	}
-	return &renewer{s: s, period: period, leases: map[slot.Lease]*held{}}
+	return &renewer{s: s, period: period, leases: map[slot.Lease]*held{}, running: map[slotKey]int{}}
 }
 
-func (rn *renewer) add(l slot.Lease, st *slotTrace) {
+func (rn *renewer) add(l slot.Lease, k slotKey, st *slotTrace) {
 	rn.mu.Lock()
-	rn.leases[l] = &held{trace: st}
+	rn.leases[l] = &held{slot: k, trace: st}
+	rn.running[k]++
 	rn.mu.Unlock()
 }
 
-// holds reports whether this replica holds a lease for the slot of job at
-// at: runs it.
-func (rn *renewer) holds(job string, at time.Time) bool {
+// holds reports whether this replica holds a lease for the slot k: runs it.
+func (rn *renewer) holds(k slotKey) bool {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
-	for l := range rn.leases {
-		if l.Job() == job && l.Slot().Equal(at) {
-			return true
-		}
-	}
-	return false
+	return rn.running[k] > 0
 }
 
 func (rn *renewer) remove(l slot.Lease) {
 	rn.mu.Lock()
-	delete(rn.leases, l)
+	if h, ok := rn.leases[l]; ok {
+		if rn.running[h.slot]--; rn.running[h.slot] <= 0 {
+			delete(rn.running, h.slot)
+		}
+		delete(rn.leases, l)
+	}
 	rn.mu.Unlock()
 }
 

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -123,5 +124,47 @@ func TestBackstopLooks(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("looks (due, slot, jobs after %v) = %v, want %v", at, got, want)
+	}
+}
+
+// fakeLease is a lease of job whose Slot is at, and nothing more.
+type fakeLease struct {
+	job string
+	at  time.Time
+}
+
+func (l *fakeLease) Job() string              { return l.job }
+func (l *fakeLease) Slot() time.Time          { return l.at }
+func (l *fakeLease) Replica() string          { return "r1" }
+func (l *fakeLease) Token() string            { return "t" }
+func (l *fakeLease) RunID() string            { return "run" }
+func (l *fakeLease) Fence() int64             { return 1 }
+func (l *fakeLease) Attempt() int             { return 1 }
+func (l *fakeLease) TTL() time.Duration       { return time.Minute }
+func (l *fakeLease) Context() context.Context { return context.Background() }
+func (l *fakeLease) Deadline() time.Time      { return l.at.Add(time.Minute) }
+
+// TestRenewerHoldsBySlot: a replica knows it runs a scheduled slot by the
+// slot, not by its lease's time: a manual run triggered in the same second
+// (whose lease's Slot is its trigger time, cut to the second) does not
+// count as the scheduled slot's run.
+func TestRenewerHoldsBySlot(t *testing.T) {
+	rn := &renewer{leases: map[slot.Lease]*held{}, running: map[slotKey]int{}}
+	at := time.Unix(1_800_000_000, 0)
+	scheduled := target{at: at}.key("j")
+	manual := &fakeLease{job: "j", at: at}
+	rn.add(manual, target{manual: "m1"}.key("j"), nil)
+	if rn.holds(scheduled) {
+		t.Fatal("a manual run of the same second counts as the scheduled slot's")
+	}
+	run := &fakeLease{job: "j", at: at}
+	rn.add(run, scheduled, nil)
+	if !rn.holds(scheduled) || !rn.holds(target{manual: "m1"}.key("j")) {
+		t.Fatal("the runs held are not known")
+	}
+	rn.remove(run)
+	rn.remove(run) // a second remove changes nothing
+	if rn.holds(scheduled) || !rn.holds(target{manual: "m1"}.key("j")) {
+		t.Fatal("after the scheduled run ended: want only the manual one held")
 	}
 }

@@ -330,3 +330,36 @@ func TestRunning(t *testing.T) {
 		t.Fatalf("Running = %+v; want ra's slot %v and rb's manual slot k1", got, at.Add(time.Second).Unix())
 	}
 }
+
+// failAfterFirst fails every command of a pipeline but its first, as a
+// connection cut mid-pipeline (or a Cluster master that is down) would.
+type failAfterFirst struct{}
+
+func (failAfterFirst) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (failAfterFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (failAfterFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds[1:] {
+			c.SetErr(errors.New("injected: connection cut"))
+		}
+		return next(ctx, cmds[:1])
+	}
+}
+
+// TestRunningFailsWhenAReadFails: a job with no state answers redis.Nil,
+// which Running passes over; a read that fails after it makes Running
+// fail, not report the job with nothing running (its slots would then go
+// unwatched).
+func TestRunningFailsWhenAReadFails(t *testing.T) {
+	srv, _, s := newSlots(t)
+	claimOne(t, s, live("rr", time.Unix(1_700_009_500, 0), "r1"))
+	rdb := srv.Client()
+	rdb.AddHook(failAfterFirst{})
+	cut, err := slotstore.New(rdb, srv.Key("sc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cut.Running(context.Background(), []string{"never", "rr"}); err == nil {
+		t.Fatalf("Running with rr's read failed = %+v, nil; want an error", got)
+	}
+}

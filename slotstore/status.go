@@ -117,11 +117,12 @@ func (s *Store) Running(ctx context.Context, jobs []string) (map[string]slot.Job
 		}
 		cmds[i] = pipe.HGet(ctx, s.stateKey(job), "running")
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("slotstore: reading the running slots of %d jobs: %w", len(jobs), err)
-	}
+	_, _ = pipe.Exec(ctx) // each command keeps its own error: a job with no state answers redis.Nil
 	out := map[string]slot.JobState{}
 	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("slotstore: reading the running slots of %s: %w", jobs[i], err)
+		}
 		var st slot.JobState
 		if err := readRunning(&st, cmd.Val()); err != nil {
 			return nil, fmt.Errorf("slotstore: reading the state of %s: %w", jobs[i], err)
