@@ -51,13 +51,13 @@ func (c readCounter) Peek(ctx context.Context, claims []slot.Claim) ([]slot.Reco
 	return c.Store.Peek(ctx, claims)
 }
 
-func (c readCounter) Missing(ctx context.Context, claims []slot.Claim) ([]int, error) {
+func (c readCounter) Missing(ctx context.Context, slots []slot.Ref) ([]int, error) {
 	c.l.mu.Lock()
-	for _, cl := range claims {
-		c.l.misses[cl.Job+"@"+cl.Slot.UTC().Format(time.RFC3339)]++
+	for _, r := range slots {
+		c.l.misses[r.Job+"@"+r.At.UTC().Format(time.RFC3339)]++
 	}
 	c.l.mu.Unlock()
-	return c.Store.Missing(ctx, claims)
+	return c.Store.Missing(ctx, slots)
 }
 
 // TestSpreadBoundsTheHedgers: six replicas of a job every second. Each slot
@@ -201,7 +201,7 @@ type failingLooks struct {
 	claims map[int64]int
 }
 
-func (f *failingLooks) Missing(context.Context, []slot.Claim) ([]int, error) {
+func (f *failingLooks) Missing(context.Context, []slot.Ref) ([]int, error) {
 	return nil, errors.New("injected: the look timed out")
 }
 

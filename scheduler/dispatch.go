@@ -687,21 +687,23 @@ func (r *runner) backstop(j *jobState, at time.Time, hedge time.Duration) {
 // sent only if the slot has no record): the claim decides, and is sent
 // again until Redis answers.
 func (r *runner) sweepDue(ctx context.Context, now time.Time) {
-	var js []*jobState
-	var claims []slot.Claim
-	for len(r.sweeps) > 0 && !r.sweeps[0].due.After(now) {
-		sw := r.sweeps[0]
-		r.sweeps = r.sweeps[1:]
-		for _, j := range sw.jobs { // each slot once: r.next hands out each slot once
-			js = append(js, j)
-			claims = append(claims, slot.Claim{Job: j.Name, Slot: sw.at})
-		}
+	n, k := 0, 0
+	for ; k < len(r.sweeps) && !r.sweeps[k].due.After(now); k++ {
+		n += len(r.sweeps[k].jobs)
 	}
-	if len(claims) == 0 {
+	if n == 0 {
 		return
 	}
+	js, slots := make([]*jobState, 0, n), make([]slot.Ref, 0, n)
+	for _, sw := range r.sweeps[:k] {
+		for _, j := range sw.jobs { // each slot once: r.next hands out each slot once
+			js = append(js, j)
+			slots = append(slots, slot.Ref{Job: j.Name, At: sw.at})
+		}
+	}
+	r.sweeps = r.sweeps[k:]
 	sctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
-	missing, err := r.s.claimer.Missing(sctx, claims)
+	missing, err := r.s.claimer.Missing(sctx, slots)
 	cancel()
 	switch {
 	case ctx.Err() != nil: // stopping: nothing more is claimed
@@ -709,19 +711,19 @@ func (r *runner) sweepDue(ctx context.Context, now time.Time) {
 	case err != nil:
 		// Hedged: each is read first, and claimed only if it has no record.
 		r.log.Warn("cannot look for the records of slots this replica backs up: reading them again, and claiming those with none",
-			"slots", len(claims), "error", err)
+			"slots", len(slots), "error", err)
 		for i, j := range js {
-			heap.Push(&r.queue, &pending{due: now, job: j, claim: r.bareClaim(slot.ClaimLive, j, claims[i].Slot), hedged: true})
+			heap.Push(&r.queue, &pending{due: now, job: j, claim: r.bareClaim(slot.ClaimLive, j, slots[i].At), hedged: true})
 		}
 		return
 	case len(missing) > 0:
 		r.log.Warn("slots have no record a backstop after their time: neither their preferred replica nor its hedgers "+
 			"claimed them (or this replica's clock runs ahead); claiming them",
-			"slots", len(missing), "slotcron.job", js[missing[0]].Name, "slotcron.slot", claims[missing[0]].Slot.UTC().Format(time.RFC3339))
+			"slots", len(missing), "slotcron.job", js[missing[0]].Name, "slotcron.slot", slots[missing[0]].At.UTC().Format(time.RFC3339))
 	}
 	for _, i := range missing {
 		// Not hedged: the look found no record, so the claim goes out
 		// without a read first.
-		heap.Push(&r.queue, &pending{due: now, job: js[i], claim: r.bareClaim(slot.ClaimLive, js[i], claims[i].Slot)})
+		heap.Push(&r.queue, &pending{due: now, job: js[i], claim: r.bareClaim(slot.ClaimLive, js[i], slots[i].At)})
 	}
 }

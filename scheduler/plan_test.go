@@ -184,7 +184,7 @@ func (nopClaimer) Finish(_ context.Context, r []slot.FinishRequest) []error {
 }
 func (nopClaimer) Leave(context.Context, slot.Replica) error                 { return nil }
 func (nopClaimer) Peek(context.Context, []slot.Claim) ([]slot.Record, error) { return nil, nil }
-func (nopClaimer) Missing(context.Context, []slot.Claim) ([]int, error)      { return nil, nil }
+func (nopClaimer) Missing(context.Context, []slot.Ref) ([]int, error)        { return nil, nil }
 func (nopClaimer) Running(context.Context, []string) (map[string]slot.JobState, error) {
 	return nil, nil
 }

@@ -31,9 +31,9 @@ type Claimer interface {
 	// Peek reads the records of the claims' slots (state and owner; a zero
 	// Record for a slot with none), in one round trip, changing nothing.
 	Peek(ctx context.Context, claims []slot.Claim) ([]slot.Record, error)
-	// Missing returns the indexes of the claims whose slots have no record,
+	// Missing returns the indexes of the slots that have no record,
 	// changing nothing; cheaper than Peek when most have one.
-	Missing(ctx context.Context, claims []slot.Claim) ([]int, error)
+	Missing(ctx context.Context, slots []slot.Ref) ([]int, error)
 	// Running returns the slots each job's state lists running, changing
 	// nothing (unlike JobStates, which reads in an older protocol's state).
 	Running(ctx context.Context, jobs []string) (map[string]slot.JobState, error)

@@ -49,8 +49,8 @@ func (s *scripted) Leave(context.Context, slot.Replica) error { return nil }
 func (s *scripted) Peek(_ context.Context, claims []slot.Claim) ([]slot.Record, error) {
 	return make([]slot.Record, len(claims)), nil // no record: every claim goes out
 }
-func (s *scripted) Missing(_ context.Context, claims []slot.Claim) ([]int, error) {
-	all := make([]int, len(claims)) // no record: every claim goes out
+func (s *scripted) Missing(_ context.Context, slots []slot.Ref) ([]int, error) {
+	all := make([]int, len(slots)) // no record: every claim goes out
 	for i := range all {
 		all[i] = i
 	}

@@ -7,6 +7,14 @@ import (
 	"time"
 )
 
+// Ref names a scheduled slot: a job and its time. Where a Claim would
+// carry far more than is needed (a look for ten thousand slots' records),
+// this is all there is to say.
+type Ref struct {
+	Job string
+	At  time.Time
+}
+
 // Kind says what a Claim asks.
 type Kind int
 

@@ -252,6 +252,15 @@ func TestPeekIsChunked(t *testing.T) {
 	}
 }
 
+// refsOf names the claims' slots.
+func refsOf(claims []slot.Claim) []slot.Ref {
+	refs := make([]slot.Ref, len(claims))
+	for i, c := range claims {
+		refs[i] = slot.Ref{Job: c.Job, At: c.Slot}
+	}
+	return refs
+}
+
 // TestMissing: a backstop's look at 600 slots, every 7th with a record and
 // one with a protocol-1 record (a hash), finds the others missing. When
 // every slot has a record it is one round trip of three EXISTS (256 keys at
@@ -264,7 +273,7 @@ func TestMissing(t *testing.T) {
 	if err := rdb.HSet(ctx, slotstore.RecordKey("miss", "j599", at), "state", "done").Err(); err != nil {
 		t.Fatal(err)
 	}
-	missing, err := s.Missing(ctx, looks)
+	missing, err := s.Missing(ctx, refsOf(looks))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +298,7 @@ func TestMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := trips.n.Load()
-	if missing, err := s.Missing(ctx, looks); err != nil || !slices.Equal(missing, want[len(want)-1:]) {
+	if missing, err := s.Missing(ctx, refsOf(looks)); err != nil || !slices.Equal(missing, want[len(want)-1:]) {
 		t.Fatalf("Missing = %v, %v; want [%d]", missing, err, want[len(want)-1])
 	}
 	n := trips.n.Load() - before
@@ -300,7 +309,7 @@ func TestMissing(t *testing.T) {
 	// All recorded: one round trip, three EXISTS.
 	claimOne(t, s, looks[want[len(want)-1]])
 	before = trips.n.Load()
-	if missing, err := s.Missing(ctx, looks); err != nil || len(missing) != 0 || trips.n.Load()-before != 1 {
+	if missing, err := s.Missing(ctx, refsOf(looks)); err != nil || len(missing) != 0 || trips.n.Load()-before != 1 {
 		t.Fatalf("Missing with every slot recorded = %v, %v in %d round trips; want none, in 1", missing, err, trips.n.Load()-before)
 	}
 }

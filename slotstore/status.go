@@ -368,25 +368,25 @@ func (s *Store) Peek(ctx context.Context, claims []slot.Claim) ([]slot.Record, e
 	return out, nil
 }
 
-// Missing returns the indexes, in order, of the claims whose slots have no
-// record (of either protocol), in one round trip when every slot has one,
+// Missing returns the indexes, in order, of the slots that have no record
+// (of either protocol), in one round trip when every slot has one,
 // changing nothing: the late check of a replica that a slot's routing does
 // not ask to claim it, so that the slot still ends with a record when every
 // replica it asks is gone. On a single server it is an EXISTS per maxPerMGet
 // slots, answered with a count: only a group short of records is read again,
 // a key at a time, in a second round trip. Otherwise it is one EXISTS per
-// slot. The claims must name distinct slots: a count cannot tell a slot
-// listed twice from two slots.
-func (s *Store) Missing(ctx context.Context, claims []slot.Claim) ([]int, error) {
-	keys := make([]string, len(claims))
-	for i, c := range claims {
-		if err := checkJob(c.Job); err != nil {
+// slot. The slots must be distinct: a count cannot tell a slot listed twice
+// from two slots.
+func (s *Store) Missing(ctx context.Context, slots []slot.Ref) ([]int, error) {
+	keys := make([]string, len(slots))
+	for i, r := range slots {
+		if err := checkJob(r.Job); err != nil {
 			return nil, err
 		}
-		keys[i] = s.recordOf(c)
+		keys[i] = s.recordKey(r.Job, r.At.Unix())
 	}
 	fail := func(err error) ([]int, error) {
-		return nil, fmt.Errorf("slotstore: looking for the records of %d slots: %w", len(claims), err)
+		return nil, fmt.Errorf("slotstore: looking for the records of %d slots: %w", len(slots), err)
 	}
 	var short []int // the first index of each group found short of records
 	if s.topology == topoSingle {

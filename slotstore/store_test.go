@@ -814,7 +814,7 @@ func TestSlotsOnCluster(t *testing.T) {
 	}
 	// A backstop's look, across the masters: only the unclaimed slot is missing.
 	looks := append(slices.Clone(claims[:12]), live("job-unclaimed", at, "r1"))
-	if missing, err := s.Missing(ctx, looks); err != nil || !slices.Equal(missing, []int{12}) {
+	if missing, err := s.Missing(ctx, refsOf(looks)); err != nil || !slices.Equal(missing, []int{12}) {
 		t.Fatalf("Missing on cluster = %v, %v; want [12]", missing, err)
 	}
 	tk := takeover("job-0", at, "r2", true, 3)
