@@ -116,7 +116,7 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 		if after.IsZero() { // no slot after this one
 			heap.Pop(&r.next)
 		} else {
-			r.next[0].at, r.next[0].prev = after, n
+			r.next[0].moveTo(after, n)
 			heap.Fix(&r.next, 0)
 		}
 		p := &pending{due: n, job: j, claim: r.bareClaim(slot.ClaimLive, j, n)}

@@ -42,6 +42,20 @@ type nextSlot struct {
 	at   time.Time
 	job  *jobState
 	prev time.Time // the job's slot before at; zero for its first since start
+	// ns and idx are at in Unix nanoseconds and the job's place in the
+	// table: what the heap compares, with no pointer to follow (every job
+	// of a table due at one instant compares equal times, then jobs).
+	ns  int64
+	idx int
+}
+
+func newNextSlot(at time.Time, j *jobState) nextSlot {
+	return nextSlot{at: at, job: j, ns: at.UnixNano(), idx: j.idx}
+}
+
+// moveTo sets the slot's time to at, after prev.
+func (n *nextSlot) moveTo(at, prev time.Time) {
+	n.at, n.prev, n.ns = at, prev, at.UnixNano()
 }
 
 // nextQueue is a min-heap of the jobs' next live slots, by time, then by the
@@ -51,10 +65,10 @@ type nextQueue []nextSlot
 
 func (q nextQueue) Len() int { return len(q) }
 func (q nextQueue) Less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
+	if q[i].ns != q[j].ns {
+		return q[i].ns < q[j].ns
 	}
-	return q[i].job.idx < q[j].job.idx
+	return q[i].idx < q[j].idx
 }
 func (q nextQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
 func (q *nextQueue) Push(x any)   { *q = append(*q, x.(nextSlot)) }

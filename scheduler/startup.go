@@ -58,7 +58,7 @@ func (r *runner) startup(ctx context.Context) bool {
 	for _, j := range r.s.jobs {
 		p := planStartup(j.Job, j.sched, states[j.Name], start, r.s.cfg.maxSkew)
 		if !p.live.IsZero() {
-			heap.Push(&r.next, nextSlot{at: p.live, job: j})
+			heap.Push(&r.next, newNextSlot(p.live, j))
 		}
 		for _, at := range p.check {
 			r.watching[target{at: at}.key(j.Name)] = true
