@@ -109,7 +109,7 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 		}
 	}
 	var batch []*pending
-	var hedge time.Duration
+	var hedge, backstop time.Duration // measured once, for the first slot that needs them
 	for len(r.next) > 0 && !r.next[0].at.After(now.Add(ahead)) && len(batch) < maxBatch {
 		j, n, prev := r.next[0].job, r.next[0].at, r.next[0].prev
 		after := j.sched.Next(n)
@@ -127,21 +127,19 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 				delete(r.onTime, j)
 			}
 		}
-		switch r.role(j, n) { // other replicas claim it first
-		case roleHedge:
+		if role := r.role(j, n); role != roleFirst { // other replicas claim it first
 			if hedge == 0 {
 				hedge = r.s.hedge()
+				backstop = backstopDelay(hedge, r.batches.longest())
+			}
+			if role == roleBackstop {
+				r.backstop(j, n, backstop)
+				continue
 			}
 			// A hedge after the slot's time: the preferred replica, which
 			// claimed ahead, has had that and more.
 			p.due, p.hedged = n.Add(hedge), true
 			heap.Push(&r.queue, p)
-			continue
-		case roleBackstop:
-			if hedge == 0 {
-				hedge = r.s.hedge()
-			}
-			r.backstop(j, n, hedge)
 			continue
 		}
 		if n.Sub(now) > lead {
@@ -661,14 +659,22 @@ type sweep struct {
 	jobs    []*jobState
 }
 
-// backstop notes the slot of j at at for this replica's look a backstop
-// after it. The slots of an instant share one look; looks are kept in
-// order of due time.
-func (r *runner) backstop(j *jobState, at time.Time, hedge time.Duration) {
+// backstopDelay is how long after a slot's time a backstop looks for its
+// record, given the hedge and this replica's slowest recent claim batch:
+// backstopAfter, and whole seconds more (still off the second) until the
+// hedge and four such batches fit.
+func backstopDelay(hedge, batch time.Duration) time.Duration {
 	after := backstopAfter
-	if need := hedge + 4*r.batches.longest(); need > after { // whole seconds more: still off the second
+	if need := hedge + 4*batch; need > after {
 		after += (need - after + time.Second - 1) / time.Second * time.Second
 	}
+	return after
+}
+
+// backstop notes the slot of j at at for this replica's look after (at
+// most half the job's misfire grace). The slots of an instant share one
+// look; looks are kept in order of due time.
+func (r *runner) backstop(j *jobState, at time.Time, after time.Duration) {
 	due := at.Add(min(after, j.MisfireGrace/2))
 	i, found := slices.BinarySearchFunc(r.sweeps, due, func(sw *sweep, due time.Time) int { return sw.due.Compare(due) })
 	for ; found && i < len(r.sweeps) && r.sweeps[i].due.Equal(due); i++ {

@@ -177,7 +177,7 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 	s.peers.older = older
 	s.peers.mu.Unlock()
 	if left(was, reg) {
-		select { // the loop reads the jobs' states again: it may now watch the slots the replica that left ran
+		select { // the loop reads which slots run: it may now have to watch some the replica that left watched
 		case s.departed <- struct{}{}:
 		default:
 		}

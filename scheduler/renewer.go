@@ -16,9 +16,8 @@ type renewer struct {
 	s      *Scheduler
 	period time.Duration
 
-	mu      sync.Mutex
-	leases  map[slot.Lease]*held
-	running map[slotKey]int // the slots of the leases, counted
+	mu     sync.Mutex
+	leases map[slot.Lease]*held
 }
 
 // held is a lease being renewed, with its slot and the trace its events go
@@ -38,31 +37,31 @@ func newRenewer(s *Scheduler) *renewer {
 			}
 		}
 	}
-	return &renewer{s: s, period: period, leases: map[slot.Lease]*held{}, running: map[slotKey]int{}}
+	return &renewer{s: s, period: period, leases: map[slot.Lease]*held{}}
 }
 
 func (rn *renewer) add(l slot.Lease, k slotKey, st *slotTrace) {
 	rn.mu.Lock()
 	rn.leases[l] = &held{slot: k, trace: st}
-	rn.running[k]++
 	rn.mu.Unlock()
 }
 
 // holds reports whether this replica holds a lease for the slot k: runs it.
+// (Only a departure's re-read asks, once per running slot.)
 func (rn *renewer) holds(k slotKey) bool {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
-	return rn.running[k] > 0
+	for _, h := range rn.leases {
+		if h.slot == k {
+			return true
+		}
+	}
+	return false
 }
 
 func (rn *renewer) remove(l slot.Lease) {
 	rn.mu.Lock()
-	if h, ok := rn.leases[l]; ok {
-		if rn.running[h.slot]--; rn.running[h.slot] <= 0 {
-			delete(rn.running, h.slot)
-		}
-		delete(rn.leases, l)
-	}
+	delete(rn.leases, l)
 	rn.mu.Unlock()
 }
 

@@ -36,25 +36,12 @@ func candidates(me slot.Replica, reg slot.Registry, maxSkew time.Duration) (map[
 	return out, same
 }
 
-// preferred returns the replica of ids that spread routing picks for a slot
-// of job: rendezvous (highest random weight) hashing, so every replica that
-// sees the same live replicas picks the same one, and a replica that joins
-// or leaves moves only its own share of the slots.
-func preferred(ids []string, job string, at time.Time) string {
-	var best string
-	var top uint64
-	h := slotHash(job, at)
-	for _, id := range ids {
-		if w := weight(h, id); best == "" || w > top {
-			best, top = id, w
-		}
-	}
-	return best
-}
-
 // rank returns self's place among ids in the rendezvous order of a slot of
-// job: 0 when it is the preferred replica (preferred's pick), 1 when it is
-// next, and so on; len(ids) when it is not among them.
+// job (highest random weight first): 0 when it is the slot's preferred
+// replica, 1 when it is next, and so on; len(ids) when it is not among
+// them. Every replica that sees the same live replicas ranks them the same
+// way, and a replica that joins or leaves moves only its own share of the
+// slots.
 func rank(ids []string, self, job string, at time.Time) int {
 	if !slices.Contains(ids, self) {
 		return len(ids)
@@ -63,8 +50,7 @@ func rank(ids []string, self, job string, at time.Time) int {
 	mine := weight(h, self)
 	n := 0
 	for _, id := range ids {
-		// Ties (never seen with 64-bit weights) go to the smaller ID, as
-		// in preferred, which keeps the first of equals.
+		// Ties (never seen with 64-bit weights) go to the smaller ID.
 		if w := weight(h, id); w > mine || w == mine && id < self {
 			n++
 		}
@@ -116,8 +102,8 @@ const (
 // hedgers is how many replicas besides a slot's preferred one read its
 // record a hedge after its time (and claim it if it has none, and watch it
 // while it runs): the next ones in the slot's rendezvous order. The rest
-// only look, in one EXISTS for all the slots of an instant, a backstop
-// after it. Every replica reading every slot a hedge late cost each of
+// only look for its record, with a count of the records of all the slots
+// of an instant (Claimer.Missing), a backstop after it. Every replica reading every slot a hedge late cost each of
 // them a read, a trace and a watch per slot: at 20 replicas of 10,000
 // jobs, more than two cores could do.
 const hedgers = 2

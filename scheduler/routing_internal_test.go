@@ -12,6 +12,17 @@ import (
 	"github.com/slotcron/slotcron/slot"
 )
 
+// preferred is the replica of ids that ranks first for the slot of job at
+// at: the one spread routing has claim it; "" when ids is empty.
+func preferred(ids []string, job string, at time.Time) string {
+	for _, id := range ids {
+		if rank(ids, id, job, at) == 0 {
+			return id
+		}
+	}
+	return ""
+}
+
 // TestPreferredIsEvenAndStable: rendezvous hashing gives each of 5 replicas
 // a fifth of 100,000 slots (within 1%), and when one leaves, only its slots
 // move (to the others, evenly); the rest keep their replica.
@@ -102,12 +113,14 @@ func TestBackstopLooks(t *testing.T) {
 	other := &jobState{Job: Job{Name: "b", MisfireGrace: time.Minute}}
 	short := &jobState{Job: Job{Name: "c", MisfireGrace: 400 * time.Millisecond}}
 	r := &runner{}
-	r.backstop(every, at.Add(time.Second), 40*time.Millisecond)
-	r.backstop(other, at.Add(time.Second), 40*time.Millisecond)
-	r.backstop(short, at.Add(time.Second), 40*time.Millisecond)
-	r.backstop(every, at, 40*time.Millisecond)
+	const hedge = 40 * time.Millisecond
+	after := backstopDelay(hedge, r.batches.longest())
+	r.backstop(every, at.Add(time.Second), after)
+	r.backstop(other, at.Add(time.Second), after)
+	r.backstop(short, at.Add(time.Second), after)
+	r.backstop(every, at, after)
 	r.batches.add(300 * time.Millisecond) // the hedge and four batches: 1.24 s
-	r.backstop(every, at.Add(2*time.Second), 40*time.Millisecond)
+	r.backstop(every, at.Add(2*time.Second), backstopDelay(hedge, r.batches.longest()))
 	type look struct {
 		due, at time.Duration
 		jobs    int
@@ -149,7 +162,7 @@ func (l *fakeLease) Deadline() time.Time      { return l.at.Add(time.Minute) }
 // (whose lease's Slot is its trigger time, cut to the second) does not
 // count as the scheduled slot's run.
 func TestRenewerHoldsBySlot(t *testing.T) {
-	rn := &renewer{leases: map[slot.Lease]*held{}, running: map[slotKey]int{}}
+	rn := &renewer{leases: map[slot.Lease]*held{}}
 	at := time.Unix(1_800_000_000, 0)
 	scheduled := target{at: at}.key("j")
 	manual := &fakeLease{job: "j", at: at}
