@@ -697,6 +697,17 @@ func TestTakeoverFollowsTheOwnersLease(t *testing.T) {
 	}
 }
 
+// abandonLapsed lets the job's lease lapse, as its owner's death would, and
+// has r2's takeover of the slot at at (on_owner_lost abandon) record it
+// abandoned.
+func abandonLapsed(t *testing.T, rdb *redis.Client, s *slotstore.Store, job string, at time.Time) {
+	t.Helper()
+	lapse(t, rdb, s, job, "lease")
+	if r := claimOne(t, s, takeover(job, at, "r2", false, 1)); r.Outcome != slot.OutcomeAbandoned {
+		t.Fatalf("takeover: %+v, want abandoned", r)
+	}
+}
+
 // TestAbandonRaisesTheFence: abandoning a slot raises the job's fence and
 // records it, so that the slot record's fence is no longer the zombie's: a
 // store that checks it refuses the zombie's late write.
@@ -705,10 +716,7 @@ func TestAbandonRaisesTheFence(t *testing.T) {
 	ctx := context.Background()
 	at := time.Unix(1_700_000_530, 0)
 	first := claimOne(t, s, live("zombie", at, "dies"))
-	lapse(t, rdb, s, "zombie", "lease")
-	if r := claimOne(t, s, takeover("zombie", at, "r2", false, 1)); r.Outcome != slot.OutcomeAbandoned {
-		t.Fatalf("takeover: %+v, want abandoned", r)
-	}
+	abandonLapsed(t, rdb, s, "zombie", at)
 	rec, _, _ := s.Record(ctx, "zombie", at)
 	if rec.State != slot.StateAbandoned || rec.Fence <= first.Fence {
 		t.Fatalf("abandoned record %+v; want a fence above the zombie's %d", rec, first.Fence)
@@ -1019,10 +1027,7 @@ func TestFinishKnowsItsOwnRecord(t *testing.T) {
 
 	slot2 := at.Add(time.Second)
 	zombie := claimOne(t, s, live("twice", slot2, "r1"))
-	lapse(t, rdb, s, "twice", "lease")
-	if r := claimOne(t, s, takeover("twice", slot2, "r2", false, 1)); r.Outcome != slot.OutcomeAbandoned {
-		t.Fatalf("takeover: %+v, want abandoned", r)
-	}
+	abandonLapsed(t, rdb, s, "twice", slot2)
 	theirs, _, _ := s.Record(ctx, "twice", slot2)
 	err := finish(s, zombie.Lease, slot.StateAbandoned, "lease lost")
 	if !errors.Is(err, slot.ErrNotHeld) {
@@ -1043,10 +1048,7 @@ func TestAbandonFreesTheOwnersLease(t *testing.T) {
 	ctx := context.Background()
 	at := time.Unix(1_700_000_700, 0)
 	zombie := claimOne(t, s, live("stale", at, "dies"))
-	lapse(t, rdb, s, "stale", "lease")
-	if r := claimOne(t, s, takeover("stale", at, "r2", false, 1)); r.Outcome != slot.OutcomeAbandoned {
-		t.Fatalf("takeover: %+v, want abandoned", r)
-	}
+	abandonLapsed(t, rdb, s, "stale", at)
 	abandoned, _, _ := s.Record(ctx, "stale", at)
 	if v := rdb.HGet(ctx, stateKey(s, "stale"), "lease").Val(); v != "" {
 		t.Errorf("the job's lease after the abandon: %q, want it free", v)
