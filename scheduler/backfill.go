@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,9 +41,15 @@ func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time,
 	if parallel < 1 {
 		return nil, fmt.Errorf("scheduler: Backfill: parallel must be >= 1, got %d", parallel)
 	}
-	return s.oneShot(ctx, "Backfill", j, len(slots), parallel, func(r *runner, i int) slot.Claim {
+	out, err := s.oneShot(ctx, "Backfill", j, len(slots), parallel, func(r *runner, i int) slot.Claim {
 		return r.claim(slot.ClaimCatchup, j, slots[i])
 	})
+	for i := range out {
+		if out[i].Slot.IsZero() { // not reached: ctx ended, or the backfill stopped
+			out[i].Slot = slots[i]
+		}
+	}
+	return out, err
 }
 
 // RunManual runs a manual slot of job in this process, like Trigger, for a
@@ -132,8 +139,14 @@ func (s *Scheduler) oneShot(ctx context.Context, what string, j *jobState, n, pa
 		}
 		out[index[ev.claim.Token]].State = st
 	}
+	gate := olderGate{r: r, what: what}
+	var stopped error
 	for next := 0; next < n || inflight > 0; {
 		if next < n && inflight < parallel {
+			if err := gate.check(ctx); err != nil {
+				stopped, n = err, next // claim no more; the runs under way end as usual
+				continue
+			}
 			c := claimAt(r, next)
 			out[next].Slot = c.Slot
 			index[c.Token] = next
@@ -167,7 +180,47 @@ func (s *Scheduler) oneShot(ctx context.Context, what string, j *jobState, n, pa
 			return out, ctx.Err()
 		}
 	}
-	return out, nil
+	return out, stopped
+}
+
+// olderGate keeps a Backfill or RunManual from claiming while a replica of
+// an older slot protocol is live, as the replicas that run the table do
+// (dispatch): it reads the registry before the first claim, and again
+// before a claim once a heartbeat period has passed since it last read it,
+// so a replica of an older protocol that starts meanwhile (a rollback)
+// stops it within one period, as it stops them at their next heartbeat.
+type olderGate struct {
+	r       *runner
+	what    string
+	checked time.Time // when the registry was last read with no older replica in it
+}
+
+func (g *olderGate) check(ctx context.Context) error {
+	s := g.r.s
+	now := s.cfg.clock.Now()
+	if since := now.Sub(g.checked); !g.checked.IsZero() && since >= 0 && since < s.cfg.heartbeatEvery {
+		return nil
+	}
+	var reg slot.Registry
+	var err error
+	for tries := 0; ; tries++ {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.claimTimeout)
+		reg, err = s.claimer.Registry(cctx, s.staleAfter())
+		cancel()
+		if err == nil || tries == 5 || ctx.Err() != nil || !g.r.sleep(ctx, backoff(tries)) {
+			break
+		}
+	}
+	switch older := reg.Older(); {
+	case err != nil:
+		return fmt.Errorf("scheduler: %s: cannot tell whether replicas of an older slot protocol are live, so claiming nothing: %w", g.what, err)
+	case len(older) > 0:
+		g.r.log.Error(g.what+": claiming nothing: replicas of an older slot protocol are live", "older", strings.Join(older, ","))
+		return fmt.Errorf("scheduler: %s: %w (%s), and claim their slots as that protocol does: "+
+			"stop them (finish the upgrade), or run this with their version", g.what, ErrOlderProtocol, strings.Join(older, ", "))
+	}
+	g.checked = now
+	return nil
 }
 
 // claimOne claims one slot (a catch-up or a manual slot) and starts its run
@@ -261,7 +314,9 @@ type triggerReq struct {
 //
 // Trigger returns once Redis has answered the claim; the run goes on in the
 // background, like a scheduled run, and ends with a record. It returns
-// ErrNotRunning when the Scheduler is not running its table.
+// ErrNotRunning when the Scheduler is not running its table, and an error
+// wrapping ErrOlderProtocol, claiming nothing, while its last heartbeat
+// found replicas of an older slot protocol live.
 func (s *Scheduler) Trigger(ctx context.Context, job string, m slot.Manual) (Triggered, error) {
 	j := s.job(job)
 	if j == nil {
@@ -270,6 +325,10 @@ func (s *Scheduler) Trigger(ctx context.Context, job string, m slot.Manual) (Tri
 	m, err := checkManual(m)
 	if err != nil {
 		return Triggered{}, fmt.Errorf("scheduler: Trigger: %w", err)
+	}
+	if older := s.olderPeers(); len(older) > 0 {
+		return Triggered{Manual: m}, fmt.Errorf("scheduler: Trigger: %w (%s): this replica claims nothing until they have left",
+			ErrOlderProtocol, strings.Join(older, ", "))
 	}
 	req := triggerReq{job: j, m: m, reply: make(chan slot.Result, 1), at: s.cfg.clock.Now()}
 	if !s.looping.Load() {

@@ -9,4 +9,10 @@ var (
 	// ErrShutdown is the cause of a job's context when the scheduler stops
 	// and the shutdown grace has passed.
 	ErrShutdown = errors.New("scheduler: shutdown")
+
+	// ErrOlderProtocol means a Backfill or RunManual claimed nothing (more)
+	// because replicas of an older slot protocol are live: they do not see
+	// this protocol's leases and keep fences of their own, so the two must
+	// not claim side by side. The error that wraps it names them.
+	ErrOlderProtocol = errors.New("replicas of an older slot protocol are live")
 )

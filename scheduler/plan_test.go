@@ -182,7 +182,10 @@ func (nopClaimer) Renew(_ context.Context, l []slot.Lease) []error {
 func (nopClaimer) Finish(_ context.Context, r []slot.FinishRequest) []error {
 	return make([]error, len(r))
 }
-func (nopClaimer) Leave(context.Context, slot.Replica) error                 { return nil }
+func (nopClaimer) Leave(context.Context, slot.Replica) error { return nil }
+func (nopClaimer) Registry(context.Context, time.Duration) (slot.Registry, error) {
+	return slot.Registry{Now: time.Now()}, nil
+}
 func (nopClaimer) Peek(context.Context, []slot.Claim) ([]slot.Record, error) { return nil, nil }
 func (nopClaimer) Missing(context.Context, []slot.Ref) ([]int, error)        { return nil, nil }
 func (nopClaimer) Running(context.Context, []string) (map[string]slot.JobState, error) {

@@ -41,6 +41,9 @@ type Claimer interface {
 	// other deployments); an error wrapping slot.ErrDuplicateReplica when
 	// another live process has its ID.
 	Heartbeat(ctx context.Context, me slot.Replica, stale time.Duration) (slot.Registry, error)
+	// Registry reads the live replicas (seen within stale) without
+	// publishing anything: what a Backfill or RunManual checks.
+	Registry(ctx context.Context, stale time.Duration) (slot.Registry, error)
 	// Leave removes this replica from the registry, when it stops.
 	Leave(ctx context.Context, me slot.Replica) error
 }

@@ -46,6 +46,9 @@ func (l *scriptedLease) Context() context.Context { return l.ctx }
 func (l *scriptedLease) Deadline() time.Time      { return time.Now().Add(l.c.LeaseTTL) }
 
 func (s *scripted) Leave(context.Context, slot.Replica) error { return nil }
+func (s *scripted) Registry(context.Context, time.Duration) (slot.Registry, error) {
+	return slot.Registry{Now: time.Now()}, nil
+}
 func (s *scripted) Peek(_ context.Context, claims []slot.Claim) ([]slot.Record, error) {
 	return make([]slot.Record, len(claims)), nil // no record: every claim goes out
 }
