@@ -33,6 +33,12 @@ type BackfillSlot struct {
 // parallel run at once (a job with overlap: skip runs one at a time anyway).
 // It returns when every slot has been dealt with, or ctx ends. A Scheduler
 // either Runs, Backfills or RunManuals, once.
+//
+// It claims nothing while a replica of an older slot protocol is live: it
+// reads the registry before its first claim and again once a heartbeat
+// period has passed, and returns an error wrapping ErrOlderProtocol when it
+// finds one (the runs under way end first; the slots it did not reach have
+// an empty Outcome). ErrRunning: the Scheduler has run.
 func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time, parallel int) ([]BackfillSlot, error) {
 	j := s.job(job)
 	if j == nil {
@@ -58,7 +64,9 @@ func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time,
 // asked. It returns when the run has ended, or at once when the slot was not
 // this process's to run (it has a record, the job is paused, or another run
 // holds it under overlap skip). The ID is in the result's RunID's slot record:
-// read it with the store.
+// read it with the store. As Backfill, it claims nothing, and returns an
+// error wrapping ErrOlderProtocol, while a replica of an older slot
+// protocol is live.
 func (s *Scheduler) RunManual(ctx context.Context, job string, m slot.Manual) (slot.Manual, BackfillSlot, error) {
 	j := s.job(job)
 	if j == nil {
@@ -139,21 +147,23 @@ func (s *Scheduler) oneShot(ctx context.Context, what string, j *jobState, n, pa
 		}
 		out[index[ev.claim.Token]].State = st
 	}
-	gate := olderGate{r: r, what: what}
-	var stopped error
+	gate := &olderGate{r: r, what: what}
+	var stopped error // the gate's: no more claims
+	cancelled := func() ([]BackfillSlot, error) { return out, errors.Join(stopped, ctx.Err()) }
 	for next := 0; next < n || inflight > 0; {
 		if next < n && inflight < parallel {
-			if err := gate.check(ctx); err != nil {
-				stopped, n = err, next // claim no more; the runs under way end as usual
-				continue
-			}
 			c := claimAt(r, next)
 			out[next].Slot = c.Slot
 			index[c.Token] = next
-			res, wait := r.claimOne(ctx, j, c, &out[next])
+			res, wait, err := r.claimOne(ctx, j, c, &out[next], gate)
 			switch {
 			case ctx.Err() != nil:
-				return out, ctx.Err()
+				return cancelled()
+			case err != nil:
+				// Claim no more; the runs under way end as usual. A slot
+				// that was waiting for a run to end is not reached.
+				stopped, n = err, next
+				out[next] = BackfillSlot{Slot: c.Slot}
 			case res == slot.OutcomeWon:
 				inflight++
 				next++
@@ -163,10 +173,10 @@ func (s *Scheduler) oneShot(ctx context.Context, what string, j *jobState, n, pa
 					case ev := <-r.runEnded:
 						ended(ev)
 					case <-ctx.Done():
-						return out, ctx.Err()
+						return cancelled()
 					}
 				} else if !r.sleep(ctx, wait) {
-					return out, ctx.Err()
+					return cancelled()
 				}
 			default:
 				next++
@@ -177,61 +187,25 @@ func (s *Scheduler) oneShot(ctx context.Context, what string, j *jobState, n, pa
 		case ev := <-r.runEnded:
 			ended(ev)
 		case <-ctx.Done():
-			return out, ctx.Err()
+			return cancelled()
 		}
 	}
 	return out, stopped
 }
 
-// olderGate keeps a Backfill or RunManual from claiming while a replica of
-// an older slot protocol is live, as the replicas that run the table do
-// (dispatch): it reads the registry before the first claim, and again
-// before a claim once a heartbeat period has passed since it last read it,
-// so a replica of an older protocol that starts meanwhile (a rollback)
-// stops it within one period, as it stops them at their next heartbeat.
-type olderGate struct {
-	r       *runner
-	what    string
-	checked time.Time // when the registry was last read with no older replica in it
-}
-
-func (g *olderGate) check(ctx context.Context) error {
-	s := g.r.s
-	now := s.cfg.clock.Now()
-	if since := now.Sub(g.checked); !g.checked.IsZero() && since >= 0 && since < s.cfg.heartbeatEvery {
-		return nil
-	}
-	var reg slot.Registry
-	var err error
-	for tries := 0; ; tries++ {
-		cctx, cancel := context.WithTimeout(ctx, s.cfg.claimTimeout)
-		reg, err = s.claimer.Registry(cctx, s.staleAfter())
-		cancel()
-		if err == nil || tries == 5 || ctx.Err() != nil || !g.r.sleep(ctx, backoff(tries)) {
-			break
-		}
-	}
-	switch older := reg.Older(); {
-	case err != nil:
-		return fmt.Errorf("scheduler: %s: cannot tell whether replicas of an older slot protocol are live, so claiming nothing: %w", g.what, err)
-	case len(older) > 0:
-		g.r.log.Error(g.what+": claiming nothing: replicas of an older slot protocol are live", "older", strings.Join(older, ","))
-		return fmt.Errorf("scheduler: %s: %w (%s), and claim their slots as that protocol does: "+
-			"stop them (finish the upgrade), or run this with their version", g.what, ErrOlderProtocol, strings.Join(older, ", "))
-	}
-	g.checked = now
-	return nil
-}
-
 // claimOne claims one slot (a catch-up or a manual slot) and starts its run
 // if it wins. It returns the outcome, and how long to wait before trying
-// again when a run holds the job.
-func (r *runner) claimOne(ctx context.Context, j *jobState, c slot.Claim, out *BackfillSlot) (slot.Outcome, time.Duration) {
+// again when a run holds the job; or the gate's error, claiming nothing,
+// when a replica of an older protocol is live (each try asks the gate).
+func (r *runner) claimOne(ctx context.Context, j *jobState, c slot.Claim, out *BackfillSlot, gate *olderGate) (slot.Outcome, time.Duration, error) {
 	name := kindBackfill
 	if c.Kind == slot.ClaimManual {
 		name = kindManual
 	}
 	for tries := 0; ; tries++ {
+		if err := gate.check(ctx); err != nil {
+			return "", 0, err
+		}
 		st := r.s.tel.beginSlot(ctx, name, c)
 		claiming([]*slotTrace{st})
 		cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
@@ -247,13 +221,13 @@ func (r *runner) claimOne(ctx context.Context, j *jobState, c slot.Claim, out *B
 		case err != nil && tries < 5 && ctx.Err() == nil:
 			st.end(ending{outcome: outcomeError, err: err})
 			if !r.sleep(ctx, backoff(tries)) {
-				return "", 0
+				return "", 0, nil
 			}
 			continue
 		case err != nil:
 			st.end(ending{outcome: outcomeError, err: err})
 			out.Err = err
-			return "", 0
+			return "", 0, nil
 		}
 		out.Outcome, out.Holder, out.State = res.Outcome, res.Holder, res.State
 		switch res.Outcome {
@@ -262,19 +236,19 @@ func (r *runner) claimOne(ctx context.Context, j *jobState, c slot.Claim, out *B
 			r.log.Info(name+": running the slot", "slotcron.job", j.Name, "slotcron.slot", c.Slot.UTC().Format(time.RFC3339),
 				"slotcron.run_id", out.RunID)
 			r.start(j, c, res.Lease, st)
-			return res.Outcome, 0
+			return res.Outcome, 0, nil
 		case slot.OutcomeBusy:
 			st.end(ending{outcome: string(res.Outcome), holder: res.Holder})
 			// Runs are usually far shorter than the lease the holder has
 			// left: look again soon rather than after all of it.
-			return res.Outcome, min(max(res.Wait, 10*time.Millisecond), 250*time.Millisecond)
+			return res.Outcome, min(max(res.Wait, 10*time.Millisecond), 250*time.Millisecond), nil
 		case slot.OutcomePaused:
 			out.State = slot.StatePaused
 		case slot.OutcomeSkipped:
 			out.State = slot.StateSkipped
 		}
 		st.end(ending{outcome: string(res.Outcome), holder: res.Holder, fence: res.Fence, attempt: res.Attempt})
-		return res.Outcome, 0
+		return res.Outcome, 0, nil
 	}
 }
 
@@ -326,9 +300,13 @@ func (s *Scheduler) Trigger(ctx context.Context, job string, m slot.Manual) (Tri
 	if err != nil {
 		return Triggered{}, fmt.Errorf("scheduler: Trigger: %w", err)
 	}
-	if older := s.olderPeers(); len(older) > 0 {
-		return Triggered{Manual: m}, fmt.Errorf("scheduler: Trigger: %w (%s): this replica claims nothing until they have left",
-			ErrOlderProtocol, strings.Join(older, ", "))
+	select {
+	case <-s.loopDone:
+		return Triggered{Manual: m}, ErrNotRunning
+	default:
+	}
+	if older := s.olderPeers(); len(older) > 0 { // a replica waiting for them to leave is not looping yet
+		return Triggered{Manual: m}, fmt.Errorf("%w (%s): Trigger claims nothing until they have left", ErrOlderProtocol, strings.Join(older, ", "))
 	}
 	req := triggerReq{job: j, m: m, reply: make(chan slot.Result, 1), at: s.cfg.clock.Now()}
 	if !s.looping.Load() {

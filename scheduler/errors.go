@@ -10,9 +10,9 @@ var (
 	// and the shutdown grace has passed.
 	ErrShutdown = errors.New("scheduler: shutdown")
 
-	// ErrOlderProtocol means a Backfill or RunManual claimed nothing (more)
-	// because replicas of an older slot protocol are live: they do not see
-	// this protocol's leases and keep fences of their own, so the two must
-	// not claim side by side. The error that wraps it names them.
-	ErrOlderProtocol = errors.New("replicas of an older slot protocol are live")
+	// ErrOlderProtocol means a Backfill, RunManual or Trigger claimed nothing
+	// (more) because replicas of an older slot protocol are live: they do not
+	// see this protocol's leases and keep fences of their own, so the two
+	// must not claim side by side. The error that wraps it names them.
+	ErrOlderProtocol = errors.New("scheduler: replicas of an older slot protocol are live")
 )
