@@ -108,6 +108,12 @@ const (
 // jobs, more than two cores could do.
 const hedgers = 2
 
+// Hedgers is how many replicas besides a slot's preferred one read its
+// record a hedge after its time under spread routing, and so take part in
+// the slot when its preferred replica wins it: the others report nothing
+// for it unless they have to claim it.
+const Hedgers = hedgers
+
 // role returns this replica's role for the slot of j at at: under spread
 // routing, by its place in the slot's rendezvous order over the live
 // candidates. With no registry yet, or when this replica is not among the

@@ -10,9 +10,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,6 +65,11 @@ func demo(o options) int {
 	rdb := redis.NewClient(&redis.Options{Addr: o.redis, DisableIdentity: true})
 	defer rdb.Close()
 	ctx := context.Background()
+	// Ctrl-C (or SIGTERM) stops the wait: the replicas stop as at the end
+	// (they ignore the terminal's SIGINT: the demo stops them), and the
+	// demo's keys are removed.
+	interrupted, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		fmt.Fprintf(os.Stderr, "lottery: Redis at %s does not answer: %v\n", o.redis, err)
 		return 1
@@ -78,18 +85,18 @@ func demo(o options) int {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
 		return 1
 	}
-	if err := awaitReady(reports, o.replicas, 30*time.Second); err != nil {
+	if err := awaitReady(interrupted, reports, o.replicas, 30*time.Second); err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
-		return 1
+		return exitCode(interrupted)
 	}
 
 	// The replicas run the schedule from the moment they start; a draw in
 	// progress (the first one seeds the participants, and a busy machine
 	// can make it outlast the interval) would make the next slot skipped
 	// (overlap: skip). The demo's slots start once no run holds the job.
-	if err := awaitFreeJob(ctx, rdb, o.prefix, 30*time.Second); err != nil {
+	if err := awaitFreeJob(interrupted, rdb, o.prefix, 30*time.Second); err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
-		return 1
+		return exitCode(interrupted)
 	}
 	var slots []time.Time
 	for t := time.Now(); len(slots) < o.slots; {
@@ -114,8 +121,16 @@ func demo(o options) int {
 		fmt.Printf("(%d draw(s) before the counted slots, made while the replicas started: not counted)\n", len(early))
 	}
 	col := columns(o.replicas)
-	seen := collect(ctx, reports, slots, o.replicas, l, col, layout)
+	if o.replicas > 1+scheduler.Hedgers {
+		fmt.Printf("(spread routing: a slot's preferred replica and its %d hedgers take part in it; the other replicas only look for its record, and report nothing unless they must claim it)\n",
+			scheduler.Hedgers)
+	}
+	seen, done := collect(interrupted, reports, slots, min(o.replicas, 1+scheduler.Hedgers), l, col, layout)
 	stopReplicas(kids) // they flush their spans as they stop
+	if done < len(slots) {
+		fmt.Fprintf(os.Stderr, "lottery: interrupted after %d of %d slots: the replicas have stopped\n", done, len(slots))
+		return 130
+	}
 
 	code := verdict(ctx, rdb, l, o.prefix, slots, seen, layout)
 	if o.jaeger != "" && !showTraces(ctx, jaegerUI(o.jaeger), o.prefix, slots) {
@@ -193,7 +208,7 @@ func stopReplicas(kids []*kid) {
 	}
 }
 
-func awaitReady(reports <-chan report, n int, within time.Duration) error {
+func awaitReady(ctx context.Context, reports <-chan report, n int, within time.Duration) error {
 	deadline := time.After(within)
 	ready := map[string]bool{}
 	for len(ready) < n {
@@ -204,9 +219,20 @@ func awaitReady(reports <-chan report, n int, within time.Duration) error {
 			}
 		case <-deadline:
 			return fmt.Errorf("only %d of %d replicas started within %v", len(ready), n, within)
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted while %d of %d replicas had started", len(ready), n)
 		}
 	}
 	return nil
+}
+
+// exitCode is the demo's exit code for a wait that failed: 130 when a
+// signal ended it, as a shell reports Ctrl-C, else 1.
+func exitCode(interrupted context.Context) int {
+	if interrupted.Err() != nil {
+		return 130
+	}
+	return 1
 }
 
 // slotView is what the replicas reported for one slot.
@@ -217,9 +243,11 @@ type slotView struct {
 	other  []string // outcomes besides won and lost
 }
 
-// collect prints a line for each slot once every replica has reported on it,
-// and returns what they reported.
-func collect(ctx context.Context, reports <-chan report, slots []time.Time, n int, l *lottery.Lottery, col columnWidths, layout string) map[int64]*slotView {
+// collect prints a line for each slot once n replicas have reported on it
+// (under spread routing, its preferred replica and hedgers), or its winner
+// has and a few seconds have passed, and returns what they reported and how
+// many slots it printed: fewer than all when ctx ended first (Ctrl-C).
+func collect(ctx context.Context, reports <-chan report, slots []time.Time, n int, l *lottery.Lottery, col columnWidths, layout string) (map[int64]*slotView, int) {
 	want := map[int64]bool{}
 	for _, s := range slots {
 		want[s.Unix()] = true
@@ -227,9 +255,22 @@ func collect(ctx context.Context, reports <-chan report, slots []time.Time, n in
 	seen := map[int64]*slotView{}
 	counts := map[int64]int{}
 	next := 0
+	// A replica that has not yet seen every peer in the registry may judge
+	// its part in a slot otherwise: once the winner has reported, its line
+	// waits at most this long for the others.
+	const straggle = 3 * time.Second
+	complete := func(at time.Time) bool {
+		v := seen[at.Unix()]
+		return counts[at.Unix()] >= n || v != nil && v.winner != "" && time.Since(at) > straggle
+	}
 	deadline := time.After(time.Until(slots[len(slots)-1]) + 30*time.Second)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
 	for next < len(slots) {
 		select {
+		case <-ctx.Done():
+			return seen, next
+		case <-tick.C:
 		case r := <-reports:
 			t, err := time.Parse(time.RFC3339, r.Slot)
 			if r.Event != "slot" || err != nil || !want[t.Unix()] {
@@ -249,17 +290,17 @@ func collect(ctx context.Context, reports <-chan report, slots []time.Time, n in
 				v.other = append(v.other, r.Replica+": "+r.Outcome)
 			}
 			counts[t.Unix()]++
-			for next < len(slots) && counts[slots[next].Unix()] >= n {
-				printSlot(ctx, slots[next], seen[slots[next].Unix()], l, col, layout)
-				next++
-			}
 		case <-deadline:
 			for ; next < len(slots); next++ {
-				printSlot(ctx, slots[next], seen[slots[next].Unix()], l, col, layout)
+				printSlot(slots[next], seen[slots[next].Unix()], l, col, layout)
 			}
 		}
+		for next < len(slots) && complete(slots[next]) {
+			printSlot(slots[next], seen[slots[next].Unix()], l, col, layout)
+			next++
+		}
 	}
-	return seen
+	return seen, next
 }
 
 // columnWidths keeps the slot lines aligned for any number of replicas:
@@ -280,7 +321,9 @@ func columns(replicas int) columnWidths {
 	return c
 }
 
-func printSlot(ctx context.Context, slot time.Time, v *slotView, l *lottery.Lottery, col columnWidths, layout string) {
+func printSlot(slot time.Time, v *slotView, l *lottery.Lottery, col columnWidths, layout string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	winners := "no draw"
 	if w, ok, err := l.Winners(ctx, slot.Unix()); err == nil && ok {
 		winners = strings.Join(w[:min(3, len(w))], ", ") + fmt.Sprintf(", ... (%d)", len(w))
@@ -400,6 +443,11 @@ func removeKeys(rdb redis.UniversalClient, prefix string) {
 	if err := iter.Err(); err != nil {
 		fmt.Fprintf(os.Stderr, "lottery: removing the demo's keys: %v\n", err)
 		return
+	}
+	// The replicas published the prefix in the registry of deployments that
+	// every prefix on this Redis shares.
+	if err := rdb.HDel(ctx, slotstore.DeploymentsKey, prefix).Err(); err != nil {
+		fmt.Fprintf(os.Stderr, "lottery: removing the demo's entry in %s: %v\n", slotstore.DeploymentsKey, err)
 	}
 	fmt.Printf("removed the demo's %d keys (%s:*)\n", n, prefix)
 }

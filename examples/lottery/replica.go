@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +77,10 @@ func (r *reporter) write(rep report) {
 
 // replica runs the lottery until its stdin closes (the demo ends or dies).
 func replica(o options) int {
+	// Ctrl-C in a terminal signals the whole process group: the demo stops
+	// its replicas itself, by closing their stdin, so that their runs end
+	// with a record and their spans are flushed.
+	signal.Ignore(os.Interrupt)
 	logOut := io.Discard
 	if o.verbose {
 		logOut = os.Stderr

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -102,10 +103,16 @@ func (l *Lottery) Draw(ctx context.Context, run jobs.Run) error {
 			return fmt.Errorf("lottery: seed participants: %w", err)
 		}
 	}
-	winners, err := l.rdb.SRandMemberN(ctx, participants, Winners).Result()
+	// The draw is made here, not with SRANDMEMBER: the demo's embedded
+	// Redis (miniredis) answers SRANDMEMBER from a list shuffled by a few
+	// random swaps, which leaves the first members where they were, so
+	// user-0001 won far more often than chance.
+	all, err := l.rdb.SMembers(ctx, participants).Result()
 	if err != nil {
 		return fmt.Errorf("lottery: draw: %w", err)
 	}
+	rand.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	winners := all[:min(Winners, len(all))]
 	e := Entry{Slot: run.Slot.Unix(), Replica: run.Replica, Fence: run.Fence, Winners: winners}
 	if run.Manual != nil {
 		e.Manual = run.Manual.ID
