@@ -57,11 +57,17 @@ func triggerCmd(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg
 	case res.Outcome == slot.OutcomeWon:
 		fmt.Fprintf(out, "ran here as %s: %s\n", s.ReplicaID(), res.State)
 	case res.Outcome == slot.OutcomeLost:
-		fmt.Fprintf(out, "not run: the key %s has a record already, %s by %s; a key runs once\n", m.ID, res.State, res.Holder)
+		fmt.Fprintf(out, "not run: the key %s has a record already, %s by %s; a key runs once", m.ID, res.State, res.Holder)
+		if !asked(res.State) {
+			fmt.Fprint(out, ": trigger it with another key")
+		}
+		fmt.Fprintln(out)
 	case res.Outcome == slot.OutcomeSkipped:
-		fmt.Fprintf(out, "not run: recorded skipped, since the job's overlap is skip and a run holds the job (on %s)\n", res.Holder)
+		fmt.Fprintf(out, "not run: recorded skipped, since the job's overlap is skip and a run holds the job (on %s); "+
+			"the key %s has that record now (a key runs once): trigger it with another key once that run has ended\n", res.Holder, m.ID)
 	case res.Outcome == slot.OutcomePaused:
-		fmt.Fprintf(out, "not run: recorded paused, since the job is paused; resume it first\n")
+		fmt.Fprintf(out, "not run: recorded paused, since the job is paused; the key %s has that record now (a key runs once): "+
+			"resume the job, then trigger it with another key\n", m.ID)
 	}
 	if rerr != nil {
 		fmt.Fprintf(stderr, "worker trigger: reading the record: %v\n", rerr)
@@ -78,8 +84,18 @@ func triggerCmd(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg
 		fmt.Fprintf(stderr, "worker trigger: stopped: %v\n", err)
 		return 1
 	}
-	if res.Outcome == slot.OutcomeWon && res.State != slot.StateDone {
+	switch {
+	case res.Outcome == slot.OutcomeWon && res.State != slot.StateDone, // it failed, or was left running
+		res.Outcome == slot.OutcomeLost && !asked(res.State), // the key's run did not happen
+		res.Outcome == slot.OutcomeSkipped, res.Outcome == slot.OutcomePaused:
 		return 1
 	}
 	return 0
+}
+
+// asked reports whether a key's record in state st is what the key asked
+// for: its run is done, or under way. Asking again for such a key succeeds
+// (exit 0), so that a script may trigger with the same key until it does.
+func asked(st slot.State) bool {
+	return st == slot.StateDone || st == slot.StateRunning
 }

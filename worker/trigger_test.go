@@ -113,6 +113,22 @@ jobs:
 		!strings.Contains(out, "drew for a dry run for QA") {
 		t.Errorf("worker trigger: exit %d\n%s%s", code, out, errs)
 	}
+	// A paused job records the manual slot paused: the key is used, and
+	// the command says so and fails, before and after the resume.
+	if _, errs, code := cmd("pause", "draw"); code != 0 {
+		t.Fatalf("pause: exit %d: %s", code, errs)
+	}
+	out, errs, code = cmd("trigger", "draw", "-key", "while-paused")
+	if code != 1 || !strings.Contains(out, "not run: recorded paused") || !strings.Contains(out, "resume the job, then trigger it with another key") {
+		t.Errorf("worker trigger of a paused job: exit %d\n%s%s", code, out, errs)
+	}
+	if _, errs, code := cmd("resume", "draw"); code != 0 {
+		t.Fatalf("resume: exit %d: %s", code, errs)
+	}
+	out, errs, code = cmd("trigger", "draw", "-key", "while-paused")
+	if code != 1 || !strings.Contains(out, "has a record already, paused by") || !strings.Contains(out, "trigger it with another key") {
+		t.Errorf("worker trigger with a key recorded paused: exit %d\n%s%s", code, out, errs)
+	}
 	mu.Lock()
 	if len(runs) != 2 || len(runs["noon-redo"]) != 1 {
 		t.Errorf("runs by manual ID: %v", runs)
