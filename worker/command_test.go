@@ -82,6 +82,24 @@ func TestCheckPrintsNextSlots(t *testing.T) {
 	}
 }
 
+// TestCheckNeedsTheWebhookSecret: check passes only a config that run
+// would start with, environment included: webhooks need their signing key.
+func TestCheckNeedsTheWebhookSecret(t *testing.T) {
+	path := writeConfig(t, "alerts:\n  webhooks: [\"https://hooks.example.com/x\"]\njobs:\n  - name: tick\n    schedule: \"0 0 12 * * *\"\n")
+	t.Setenv(DefaultWebhookSecretEnv, "")
+	var out, errb bytes.Buffer
+	code := Command(context.Background(), []string{"check", "-config", path}, ticker("x"), &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), DefaultWebhookSecretEnv+" (alerts.secret_env) is empty") || strings.Contains(out.String(), "ok") {
+		t.Fatalf("check without the secret: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	t.Setenv(DefaultWebhookSecretEnv, "k3y")
+	out.Reset()
+	errb.Reset()
+	if code := Command(context.Background(), []string{"check", "-config", path}, ticker("x"), &out, &errb); code != 0 {
+		t.Fatalf("check with the secret: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}
+
 func TestCommandRefusesBadInput(t *testing.T) {
 	bad := writeConfig(t, "jobs:\n  - name: tock\n    schedule: \"* *\"\n")
 	tests := []struct {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -206,6 +207,11 @@ func (d *decoder) setByEnv(path, env string) {
 // set reports whether the file set path.
 func (d *decoder) set(path string) bool { _, ok := d.lines[path]; return ok }
 
+// failed reports whether path has an error already.
+func (d *decoder) failed(path string) bool {
+	return slices.ContainsFunc(d.errs, func(e *Error) bool { return e.Path == path })
+}
+
 func (c *Config) defaults(d *decoder) {
 	if id := os.Getenv(ReplicaIDEnv); id != "" {
 		c.ReplicaID = id
@@ -226,21 +232,11 @@ func (c *Config) defaults(d *decoder) {
 	if c.Redis.KeyPrefix == "" {
 		c.Redis.KeyPrefix = slot.DefaultKeyPrefix
 	}
-	if c.Redis.WaitTimeout == 0 {
-		c.Redis.WaitTimeout = 100 * time.Millisecond
-	}
-	if c.Lease.TTL == 0 {
-		c.Lease.TTL = scheduler.DefaultLeaseTTL
-	}
-	if c.Lease.RenewEvery == 0 {
-		c.Lease.RenewEvery = scheduler.DefaultRenewEvery(c.Lease.TTL)
-	}
-	if c.Clock.WarnSkew == 0 {
-		c.Clock.WarnSkew = scheduler.DefaultWarnSkew
-	}
-	if c.Clock.MaxSkew == 0 {
-		c.Clock.MaxSkew = scheduler.DefaultMaxSkew
-	}
+	orDefault(d, "redis.wait_timeout", &c.Redis.WaitTimeout, 100*time.Millisecond)
+	orDefault(d, "lease.ttl", &c.Lease.TTL, scheduler.DefaultLeaseTTL)
+	orDefault(d, "lease.renew_every", &c.Lease.RenewEvery, scheduler.DefaultRenewEvery(c.Lease.TTL))
+	orDefault(d, "clock.warn_skew", &c.Clock.WarnSkew, scheduler.DefaultWarnSkew)
+	orDefault(d, "clock.max_skew", &c.Clock.MaxSkew, scheduler.DefaultMaxSkew)
 	if listen, ok := os.LookupEnv(HTTPListenEnv); ok {
 		c.HTTP.Listen = listen
 		d.setByEnv("http.listen", HTTPListenEnv)
@@ -275,12 +271,33 @@ func (c *Config) defaults(d *decoder) {
 	if c.Alerts.SecretEnv == "" {
 		c.Alerts.SecretEnv = DefaultWebhookSecretEnv
 	}
-	if c.Alerts.Timeout == 0 {
-		c.Alerts.Timeout = 5 * time.Second
+	orDefault(d, "alerts.timeout", &c.Alerts.Timeout, 5*time.Second)
+	orDefault(d, "alerts.max_attempts", &c.Alerts.MaxAttempts, 10)
+	for i := range c.Jobs {
+		// The scheduler gives a job's zero fields its defaults (validate
+		// names them): here only a zero written in the file is refused.
+		jc, p := &c.Jobs[i], fmt.Sprintf("jobs[%d].", i)
+		orDefault(d, p+"misfire_grace", &jc.MisfireGrace, 0)
+		orDefault(d, p+"catchup_window", &jc.CatchupWindow, 0)
+		orDefault(d, p+"retention", &jc.Retention, 0)
+		orDefault(d, p+"max_attempts", &jc.MaxAttempts, 0)
 	}
-	if c.Alerts.MaxAttempts == 0 {
-		c.Alerts.MaxAttempts = 10
+}
+
+// orDefault gives the field at path its default when it is zero. A zero
+// written in the file is an error rather than the default: "misfire_grace:
+// 0s" reads as "no grace", and would silently be a minute.
+// (A value that could not be read is zero too: its error says so.) The
+// default is given either way, so the checks that follow do not complain
+// of the zero again.
+func orDefault[T time.Duration | int](d *decoder, path string, v *T, def T) {
+	if *v != 0 {
+		return
 	}
+	if d.set(path) && !d.failed(path) {
+		d.errorf(d.lineOf(path), path, "0 is not allowed: leave the field out for its default, or give a value above 0")
+	}
+	*v = def
 }
 
 // schedulerJob is the entry as the scheduler takes it.

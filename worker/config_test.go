@@ -156,6 +156,14 @@ func TestValidationMessages(t *testing.T) {
 		{"negative timeout", minimal + "    timeout: -1s\n", []string{`config.yaml:4: jobs[0].timeout: must be >= 0, got -1s`}},
 		{"bad overlap", minimal + "    overlap: queue\n", []string{`config.yaml:4: jobs[0].overlap: must be "skip" or "allow", got "queue"`}},
 		{"negative grace", minimal + "    misfire_grace: -1m\n", []string{`config.yaml:4: jobs[0].misfire_grace: must be > 0, got -1m0s`}},
+		{"zeros that would be defaults", "lease:\n  ttl: 0s\nclock:\n  max_skew: 0s\nalerts:\n  max_attempts: 0\n" + minimal +
+			"    misfire_grace: 0s\n    catchup_window: 0s\n    retention: 0s\n", []string{
+			`config.yaml:2: lease.ttl: 0 is not allowed: leave the field out for its default, or give a value above 0`,
+			`config.yaml:4: clock.max_skew: 0 is not allowed: leave the field out for its default, or give a value above 0`,
+			`config.yaml:6: alerts.max_attempts: 0 is not allowed: leave the field out for its default, or give a value above 0`,
+			`config.yaml:10: jobs[0].misfire_grace: 0 is not allowed: leave the field out for its default, or give a value above 0`,
+			`config.yaml:11: jobs[0].catchup_window: 0 is not allowed: leave the field out for its default, or give a value above 0`,
+			`config.yaml:12: jobs[0].retention: 0 is not allowed: leave the field out for its default, or give a value above 0`}},
 		{"bad catchup", minimal + "    catchup: some\n", []string{`config.yaml:4: jobs[0].catchup: must be "none", "last" or "all", got "some"`}},
 		{"negative window", minimal + "    catchup_window: -1h\n", []string{`config.yaml:4: jobs[0].catchup_window: must be > 0, got -1h0m0s`}},
 		{"bad policy", minimal + "    on_owner_lost: panic\n", []string{`config.yaml:4: jobs[0].on_owner_lost: must be "abandon" or "retry", got "panic"`}},

@@ -165,7 +165,7 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 	defer closeRedis()
 	switch sub {
 	case "check":
-		return check(cfg, *path, stdout)
+		return check(cfg, *path, stdout, stderr)
 	case "status":
 		return status(ctx, cfg, rdb, stdout, stderr)
 	case "pause", "resume":
@@ -219,7 +219,15 @@ func setup(path string, register Registrar, offline bool) (*Config, redis.Univer
 	return cfg, rdb, closeRedis, reg, nil
 }
 
-func check(cfg *Config, path string, out io.Writer) int {
+func check(cfg *Config, path string, out, stderr io.Writer) int {
+	// What run needs from the environment besides the file: check passes
+	// only what run would start with.
+	if len(cfg.Alerts.Webhooks) > 0 {
+		if _, err := webhookSecret(cfg); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", path, err)
+			return 2
+		}
+	}
 	jobsWord := "jobs"
 	if len(cfg.Jobs) == 1 {
 		jobsWord = "job"
