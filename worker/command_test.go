@@ -102,6 +102,7 @@ func TestCheckNeedsTheWebhookSecret(t *testing.T) {
 
 func TestCommandRefusesBadInput(t *testing.T) {
 	bad := writeConfig(t, "jobs:\n  - name: tock\n    schedule: \"* *\"\n")
+	embedded := writeConfig(t, "redis:\n  mode: embedded\njobs:\n  - name: tick\n    schedule: \"@every 1s\"\n")
 	tests := []struct {
 		args []string
 		code int
@@ -115,6 +116,12 @@ func TestCommandRefusesBadInput(t *testing.T) {
 		{[]string{"check", "-config", bad, "extra"}, 2, "unexpected arguments"},
 		{[]string{"pause", "-config", bad}, 2, "worker pause: name the job: worker pause JOB"},
 		{[]string{"resume", "tick", "tock"}, 2, "unexpected arguments"},
+		{[]string{"pause", "tick", "-config", embedded}, 2, "worker pause: redis.mode is embedded"},
+		{[]string{"status", "-config", embedded}, 2, "worker status: redis.mode is embedded"},
+		{[]string{"trigger", "tick", "-config", embedded}, 2, "worker trigger: redis.mode is embedded"},
+		{[]string{"resume", "-config", bad, "tick", "tock"}, 2, "unexpected arguments"},
+		// Flags on both sides of the job are read: this one fails on the config, not on its arguments.
+		{[]string{"backfill", "-config", bad, "tick", "-from", "2026-11-22T00:00:00Z"}, 2, `no job "tock" is registered`},
 	}
 	for _, tt := range tests {
 		var out, errb bytes.Buffer

@@ -146,9 +146,15 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 	} else if err != nil {
 		return 2
 	}
-	if job == "" && takesJob && fs.NArg() == 1 { // worker pause -config F JOB
+	if job == "" && takesJob && fs.NArg() > 0 { // worker backfill -config F JOB -from T
 		job = fs.Arg(0)
-	} else if fs.NArg() > 0 {
+		if err := fs.Parse(fs.Args()[1:]); errors.Is(err, flag.ErrHelp) {
+			return 0
+		} else if err != nil {
+			return 2
+		}
+	}
+	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "worker %s: unexpected arguments %q\n", sub, fs.Args())
 		return 2
 	}
@@ -163,6 +169,11 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 		return 2
 	}
 	defer closeRedis()
+	if cfg.Redis.Mode == ModeEmbedded && sub != "run" && sub != "check" {
+		fmt.Fprintf(stderr, "worker %s: redis.mode is embedded: each worker keeps its Redis in its own process, "+
+			"so this command would only see a Redis of its own, empty; run the workers on a real Redis (redis.mode single) to use it\n", sub)
+		return 2
+	}
 	switch sub {
 	case "check":
 		return check(cfg, *path, stdout, stderr)

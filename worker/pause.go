@@ -46,6 +46,18 @@ func pause(ctx context.Context, cfg *Config, rdb redis.UniversalClient, sub, job
 		}
 		return 0
 	}
+	if note == "" { // a second pause without a note keeps the first one's reason
+		pauses, err := slots.Pauses(ctx, []string{job})
+		if err != nil {
+			fmt.Fprintf(stderr, "worker pause: %v\n", err)
+			return 1
+		}
+		if p, ok := pauses[job]; ok {
+			fmt.Fprintf(out, "%s was paused already, by %s since %s: %q; left as it is (-note replaces the note)\n",
+				job, p.By, p.At.UTC().Format(time.RFC3339), p.Note)
+			return 0
+		}
+	}
 	changed, err := slots.Pause(ctx, job, note, asker())
 	if err != nil {
 		fmt.Fprintf(stderr, "worker pause: %v\n", err)

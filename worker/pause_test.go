@@ -65,6 +65,10 @@ jobs:
 	if out := cmd("pause", "tick", "-note", "migration"); !strings.HasPrefix(out, "paused tick: ") {
 		t.Fatalf("pause printed %q", out)
 	}
+	// Paused again without a note, the first pause's reason stays.
+	if out := cmd("pause", "tick"); !strings.Contains(out, `tick was paused already, by `) || !strings.Contains(out, `: "migration"; left as it is`) {
+		t.Fatalf("a second pause printed %q", out)
+	}
 	waitFor(t, 30*time.Second, func() bool { return len(paused()) >= 3 })
 	if out := cmd("status"); !strings.Contains(out, "  PAUSED since ") || !strings.Contains(out, ": migration (worker resume tick)") {
 		t.Fatalf("status while paused:\n%s", out)
