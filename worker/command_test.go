@@ -103,6 +103,7 @@ func TestCheckNeedsTheWebhookSecret(t *testing.T) {
 func TestCommandRefusesBadInput(t *testing.T) {
 	bad := writeConfig(t, "jobs:\n  - name: tock\n    schedule: \"* *\"\n")
 	embedded := writeConfig(t, "redis:\n  mode: embedded\njobs:\n  - name: tick\n    schedule: \"@every 1s\"\n")
+	down := writeConfig(t, "redis:\n  addrs: [\"127.0.0.1:1\"]\njobs:\n  - name: tick\n    schedule: \"@every 1s\"\n")
 	tests := []struct {
 		args []string
 		code int
@@ -117,6 +118,9 @@ func TestCommandRefusesBadInput(t *testing.T) {
 		{[]string{"pause", "-config", bad}, 2, "worker pause: name the job: worker pause JOB"},
 		{[]string{"resume", "tick", "tock"}, 2, "unexpected arguments"},
 		{[]string{"pause", "tick", "-config", embedded}, 2, "worker pause: redis.mode is embedded"},
+		{[]string{"pause", "tick", "-config", down}, 1, "worker pause: Redis (single, 127.0.0.1:1) does not answer: "},
+		{[]string{"trigger", "tick", "-config", down}, 1, "worker trigger: Redis (single, 127.0.0.1:1) does not answer: "},
+		{[]string{"backfill", "tick", "-config", down}, 1, "worker backfill: Redis (single, 127.0.0.1:1) does not answer: "},
 		{[]string{"status", "-config", embedded}, 2, "worker status: redis.mode is embedded"},
 		{[]string{"trigger", "tick", "-config", embedded}, 2, "worker trigger: redis.mode is embedded"},
 		{[]string{"resume", "-config", bad, "tick", "tock"}, 2, "unexpected arguments"},

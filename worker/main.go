@@ -84,9 +84,21 @@ Exit codes: 0 ok, 1 failure, 2 bad usage or config.
 //	                            run the slots in [T, T] that have no record
 //	worker help                 list the commands
 func Main(register Registrar) {
-	redis.SetLogger(redisLogger{slog.New(slog.NewJSONHandler(os.Stderr, nil))})
+	if args := os.Args[1:]; len(args) == 0 || strings.HasPrefix(args[0], "-") || args[0] == "run" {
+		redis.SetLogger(redisLogger{slog.New(slog.NewJSONHandler(os.Stderr, nil))})
+	} else {
+		// An operator's command says in one line when Redis does not
+		// answer (Command pings it first): go-redis's own lines, one per
+		// failed dial, would only bury it.
+		redis.SetLogger(quietRedis{})
+	}
 	os.Exit(Command(context.Background(), os.Args[1:], register, os.Stdout, os.Stderr))
 }
+
+// quietRedis drops go-redis's own lines.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // redisLogger sends go-redis's own lines (a pool that can't dial, a Sentinel
 // that names a new master) to the worker's JSON log, at WARN, so that a log
@@ -174,6 +186,15 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 			"so this command would only see a Redis of its own, empty; run the workers on a real Redis (redis.mode single) to use it\n", sub)
 		return 2
 	}
+	if sub != "run" && sub != "check" {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := rdb.Ping(pctx).Err()
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "worker %s: Redis (%s, %s) does not answer: %v\n", sub, cfg.Redis.Mode, strings.Join(cfg.Redis.Addrs, ", "), err)
+			return 1
+		}
+	}
 	switch sub {
 	case "check":
 		return check(cfg, *path, stdout, stderr)
@@ -243,8 +264,8 @@ func check(cfg *Config, path string, out, stderr io.Writer) int {
 	if len(cfg.Jobs) == 1 {
 		jobsWord = "job"
 	}
-	fmt.Fprintf(out, "%s: ok: %d %s, redis %s %s, replica %s\n", path, len(cfg.Jobs), jobsWord, cfg.Redis.Mode,
-		strings.Join(cfg.Redis.Addrs, ","), cfg.ReplicaID)
+	redisText := strings.TrimSpace(string(cfg.Redis.Mode) + " " + strings.Join(cfg.Redis.Addrs, ","))
+	fmt.Fprintf(out, "%s: ok: %d %s, redis %s, replica %s\n", path, len(cfg.Jobs), jobsWord, redisText, cfg.ReplicaID)
 	resolved, err := cfg.resolved()
 	if err != nil {
 		fmt.Fprintf(out, "worker check: %v\n", err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -26,10 +25,6 @@ func status(ctx context.Context, cfg *Config, rdb redis.UniversalClient, out, st
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		fmt.Fprintf(stderr, "worker status: Redis (%s, %s) does not answer: %v\n", cfg.Redis.Mode, strings.Join(cfg.Redis.Addrs, ", "), err)
-		return 1
-	}
 	if err := printReplicas(ctx, slots, out); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

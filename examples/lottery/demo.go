@@ -108,8 +108,8 @@ func demo(o options) int {
 	if wait := time.Until(slots[0]); wait > time.Hour || slots[len(slots)-1].YearDay() != slots[0].YearDay() {
 		layout = "2006-01-02 15:04:05 MST"
 	}
-	fmt.Printf("lottery: %d replicas, each a process, on %s; schedule %q; %d slots from %s\n",
-		o.replicas, where, o.schedule, o.slots, slots[0].Format(layout))
+	fmt.Printf("lottery: %s, each a process, on %s; schedule %q; %s from %s\n",
+		count(o.replicas, "replica"), where, o.schedule, count(o.slots, "slot"), slots[0].Format(layout))
 	if wait := time.Until(slots[0]); wait > 10*time.Second {
 		fmt.Printf("the first slot is %s, in %v: waiting (Ctrl-C stops)\n", slots[0].Format("2006-01-02 15:04:05 MST"), wait.Round(time.Second))
 	}
@@ -388,7 +388,7 @@ func verdict(ctx context.Context, rdb redis.UniversalClient, l *lottery.Lottery,
 			drawn++
 		}
 	}
-	fmt.Printf("%d slots, %d draws, %d duplicate draws, %d missed\n", len(slots), drawn, dupes, missed)
+	fmt.Printf("%s, %s, %s, %d missed\n", count(len(slots), "slot"), count(drawn, "draw"), count(dupes, "duplicate draw"), missed)
 	if drawn != len(slots) || dupes > 0 || missed > 0 {
 		return 1
 	}
@@ -450,4 +450,12 @@ func removeKeys(rdb redis.UniversalClient, prefix string) {
 		fmt.Fprintf(os.Stderr, "lottery: removing the demo's entry in %s: %v\n", slotstore.DeploymentsKey, err)
 	}
 	fmt.Printf("removed the demo's %d keys (%s:*)\n", n, prefix)
+}
+
+// count writes n and a noun, plural unless n is 1.
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
