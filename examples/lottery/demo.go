@@ -78,6 +78,10 @@ func demo(o options) int {
 		defer removeKeys(rdb, o.prefix) // after the replicas have stopped (defers run last first)
 	}
 
+	if err := lottery.New(rdb, o.prefix).Seed(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "lottery:", err)
+		return 1
+	}
 	reports := make(chan report, 100)
 	kids, err := startReplicas(o, reports)
 	defer stopReplicas(kids)
@@ -91,9 +95,10 @@ func demo(o options) int {
 	}
 
 	// The replicas run the schedule from the moment they start; a draw in
-	// progress (the first one seeds the participants, and a busy machine
-	// can make it outlast the interval) would make the next slot skipped
-	// (overlap: skip). The demo's slots start once no run holds the job.
+	// progress (a busy machine can make it outlast the interval) would make
+	// the next slot skipped (overlap: skip). The demo's slots start once no
+	// run holds the job, and the participants were seeded above, so no
+	// draw does more than the others.
 	if err := awaitFreeJob(interrupted, rdb, o.prefix, 30*time.Second); err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
 		return exitCode(interrupted)
@@ -125,7 +130,7 @@ func demo(o options) int {
 		fmt.Printf("(spread routing: a slot's preferred replica and its %d hedgers take part in it; the other replicas only look for its record, and report nothing unless they must claim it)\n",
 			scheduler.Hedgers)
 	}
-	seen, done := collect(interrupted, reports, slots, min(o.replicas, 1+scheduler.Hedgers), l, col, layout)
+	seen, done := collect(interrupted, reports, slots, min(o.replicas, 1+scheduler.Hedgers), o.replicas, l, col, layout)
 	stopReplicas(kids) // they flush their spans as they stop
 	if done < len(slots) {
 		fmt.Fprintf(os.Stderr, "lottery: interrupted after %d of %d slots: the replicas have stopped\n", done, len(slots))
@@ -243,11 +248,13 @@ type slotView struct {
 	other  []string // outcomes besides won and lost
 }
 
-// collect prints a line for each slot once n replicas have reported on it
-// (under spread routing, its preferred replica and hedgers), or its winner
-// has and a few seconds have passed, and returns what they reported and how
+// collect prints a line for each slot once its winner and n replicas in
+// all have reported on it (under spread routing, its preferred replica and
+// hedgers), or its winner has and a few seconds have passed, or every
+// replica has (a slot nobody won), and returns what they reported and how
 // many slots it printed: fewer than all when ctx ended first (Ctrl-C).
-func collect(ctx context.Context, reports <-chan report, slots []time.Time, n int, l *lottery.Lottery, col columnWidths, layout string) (map[int64]*slotView, int) {
+// (The winner reports when its run has ended: its line shows the draw.)
+func collect(ctx context.Context, reports <-chan report, slots []time.Time, n, replicas int, l *lottery.Lottery, col columnWidths, layout string) (map[int64]*slotView, int) {
 	want := map[int64]bool{}
 	for _, s := range slots {
 		want[s.Unix()] = true
@@ -260,8 +267,8 @@ func collect(ctx context.Context, reports <-chan report, slots []time.Time, n in
 	// waits at most this long for the others.
 	const straggle = 3 * time.Second
 	complete := func(at time.Time) bool {
-		v := seen[at.Unix()]
-		return counts[at.Unix()] >= n || v != nil && v.winner != "" && time.Since(at) > straggle
+		won := seen[at.Unix()] != nil && seen[at.Unix()].winner != ""
+		return won && (counts[at.Unix()] >= n || time.Since(at) > straggle) || counts[at.Unix()] >= replicas
 	}
 	deadline := time.After(time.Until(slots[len(slots)-1]) + 30*time.Second)
 	tick := time.NewTicker(250 * time.Millisecond)

@@ -89,20 +89,10 @@ type Entry struct {
 // Draw is the job: it draws the winners of run.Slot and writes them fenced
 // by run.Fence. It returns ErrStaleFence when a newer owner has written.
 func (l *Lottery) Draw(ctx context.Context, run jobs.Run) error {
+	if err := l.Seed(ctx); err != nil {
+		return err
+	}
 	participants := l.Key("participants")
-	n, err := l.rdb.SCard(ctx, participants).Result()
-	if err != nil {
-		return fmt.Errorf("lottery: %w", err)
-	}
-	if n == 0 {
-		users := make([]any, 1000)
-		for i := range users {
-			users[i] = fmt.Sprintf("user-%04d", i+1)
-		}
-		if err := l.rdb.SAdd(ctx, participants, users...).Err(); err != nil {
-			return fmt.Errorf("lottery: seed participants: %w", err)
-		}
-	}
 	// The draw is made here, not with SRANDMEMBER: the demo's embedded
 	// Redis (miniredis) answers SRANDMEMBER from a list shuffled by a few
 	// random swaps, which leaves the first members where they were, so
@@ -127,6 +117,28 @@ func (l *Lottery) Draw(ctx context.Context, run jobs.Run) error {
 	// the scheduler started there is no record to attach them to.
 	if err := jobs.SetResult(ctx, "winners: "+strings.Join(winners, " ")); err != nil && !errors.Is(err, jobs.ErrNoRun) {
 		return err
+	}
+	return nil
+}
+
+// Seed adds the 1,000 participants (user-0001 to user-1000) unless there
+// are some. A draw seeds them when it finds none; the demo seeds them before
+// its replicas start, so that no draw takes longer than the others.
+func (l *Lottery) Seed(ctx context.Context) error {
+	participants := l.Key("participants")
+	n, err := l.rdb.SCard(ctx, participants).Result()
+	if err != nil {
+		return fmt.Errorf("lottery: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	users := make([]any, 1000)
+	for i := range users {
+		users[i] = fmt.Sprintf("user-%04d", i+1)
+	}
+	if err := l.rdb.SAdd(ctx, participants, users...).Err(); err != nil {
+		return fmt.Errorf("lottery: seed participants: %w", err)
 	}
 	return nil
 }
