@@ -98,8 +98,8 @@ func WithClock(clock Clock) Option {
 // Default: hostname-pid.
 func WithReplicaID(id string) Option {
 	return func(c *config) error {
-		if id == "" {
-			return errors.New("scheduler: WithReplicaID: empty ID")
+		if err := slot.CheckReplicaID(id); err != nil {
+			return fmt.Errorf("scheduler: WithReplicaID: %w", err)
 		}
 		c.replica = id
 		return nil

@@ -4,8 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // ErrDuplicateReplica means another live process uses this replica's ID.
@@ -86,4 +89,25 @@ func (r Registry) Older() []string {
 		}
 	}
 	return ids
+}
+
+// MaxReplicaID bounds a replica's ID.
+const MaxReplicaID = 200
+
+// CheckReplicaID reports whether id can name a replica: 1 to MaxReplicaID
+// bytes of UTF-8 with no space or control character, so that it reads as
+// one word in records, logs and worker status's columns.
+func CheckReplicaID(id string) error {
+	if id == "" || len(id) > MaxReplicaID {
+		return fmt.Errorf("a replica's ID must be 1 to %d bytes, got %d", MaxReplicaID, len(id))
+	}
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("a replica's ID must be UTF-8, got %q", id)
+	}
+	for i, c := range id {
+		if unicode.IsSpace(c) || unicode.IsControl(c) {
+			return fmt.Errorf("a replica's ID may hold no space or control character: %q has %q at byte %d", id, c, i)
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -69,6 +70,30 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestCheckAlignsTheJobs: a long schedule widens the column rather than
+// pushing its line's next slots out of line.
+func TestCheckAlignsTheJobs(t *testing.T) {
+	path := writeConfig(t, "jobs:\n  - name: tick\n    schedule: \"CRON_TZ=America/Argentina/Buenos_Aires 0 0 12 * * *\"\n"+
+		"  - name: tock\n    schedule: \"@daily\"\n")
+	reg := func(reg *jobs.Registry, _ Env) error {
+		return errors.Join(reg.Register("tick", func(context.Context, jobs.Run) error { return nil }),
+			reg.Register("tock", func(context.Context, jobs.Run) error { return nil }))
+	}
+	var out, errb bytes.Buffer
+	if code := Command(context.Background(), []string{"check", "-config", path}, reg, &out, &errb); code != 0 {
+		t.Fatalf("check: exit %d: %s", code, errb.String())
+	}
+	var cols []int
+	for _, l := range strings.Split(out.String(), "\n") {
+		if i := strings.Index(l, " next: "); i > 0 {
+			cols = append(cols, i)
+		}
+	}
+	if len(cols) != 2 || cols[0] != cols[1] {
+		t.Fatalf("the next slots start at columns %v:\n%s", cols, out.String())
+	}
+}
 
 func TestCheckPrintsNextSlots(t *testing.T) {
 	path := writeConfig(t, "jobs:\n  - name: tick\n    schedule: \"0 0 12 * * *\"\n")

@@ -147,6 +147,7 @@ func TestValidationMessages(t *testing.T) {
 		{"bad sample ratio", "tracing:\n  sample_ratio: 1.5\n" + minimal, []string{`config.yaml:2: tracing.sample_ratio: must be within [0, 1], got 1.5`}},
 		{"negative grace", "shutdown_grace: -1s\n" + minimal, []string{`config.yaml:1: shutdown_grace: must be >= 0, got -1s`}},
 		{"no jobs", "jobs: []\n", []string{`config.yaml:1: jobs: the cron table is empty; registered jobs: lottery, report`}},
+		{"replica ID with a space", "replica_id: \"a b\"\n" + minimal, []string{`config.yaml:1: replica_id: a replica's ID may hold no space or control character: "a b" has ' ' at byte 1`}},
 		{"no jobs at all", "replica_id: a\n", []string{`config.yaml:1: jobs: the cron table is empty; registered jobs: lottery, report`}},
 		{"bad job name", "jobs:\n  - name: \"a b\"\n    schedule: \"@daily\"\n", []string{`config.yaml:2: jobs[0].name: jobs: invalid name: "a b" has ' ' at byte 1; use [A-Za-z0-9_.-]`}},
 		{"unregistered job", "jobs:\n  - name: lotery\n    schedule: \"@daily\"\n", []string{`config.yaml:2: jobs[0].name: no job "lotery" is registered; registered: lottery, report`}},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
 )
 
 // validate checks the config, defaults applied, and records every problem
@@ -20,6 +21,9 @@ func (c *Config) validate(d *decoder) {
 			format += " (set by " + env + ")"
 		}
 		d.errorf(d.lineOf(path), path, format, args...)
+	}
+	if err := slot.CheckReplicaID(c.ReplicaID); err != nil {
+		bad("replica_id", "%v", err)
 	}
 	r := c.Redis
 	switch r.Mode {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -273,6 +274,10 @@ func check(cfg *Config, path string, out, stderr io.Writer) int {
 	}
 	fmt.Fprintf(out, "\n# the config as the worker reads it, defaults filled in\n%s\n", resolved)
 	now := time.Now()
+	nameW, schedW := 20, 24 // at least; wider when a name or a schedule is
+	for _, j := range cfg.Jobs {
+		nameW, schedW = max(nameW, len(j.Name)), max(schedW, len(strconv.Quote(j.Schedule)))
+	}
 	for _, j := range cfg.Jobs {
 		sched, _ := scheduler.ParseSchedule(j.Schedule)
 		var next []string
@@ -280,7 +285,7 @@ func check(cfg *Config, path string, out, stderr io.Writer) int {
 			t = sched.Next(t)
 			next = append(next, t.UTC().Format(time.RFC3339))
 		}
-		fmt.Fprintf(out, "%-20s %-24q next: %s\n", j.Name, j.Schedule, strings.Join(next, ", "))
+		fmt.Fprintf(out, "%-*s %-*q next: %s\n", nameW, j.Name, schedW, j.Schedule, strings.Join(next, ", "))
 	}
 	return 0
 }
