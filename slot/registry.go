@@ -91,8 +91,9 @@ func (r Registry) Older() []string {
 	return ids
 }
 
-// MaxReplicaID bounds a replica's ID.
-const MaxReplicaID = 200
+// MaxReplicaID bounds a replica's ID: a DNS name's length, so that a pod's
+// or a host's name fits.
+const MaxReplicaID = 253
 
 // CheckReplicaID reports whether id can name a replica: 1 to MaxReplicaID
 // bytes of UTF-8 with no space or control character, so that it reads as

@@ -123,6 +123,10 @@ func TestCheckNeedsTheWebhookSecret(t *testing.T) {
 	if code := Command(context.Background(), []string{"check", "-config", path}, ticker("x"), &out, &errb); code != 0 {
 		t.Fatalf("check with the secret: exit %d\n%s%s", code, out.String(), errb.String())
 	}
+	t.Setenv(DefaultWebhookSecretEnv, "")
+	if code := Command(context.Background(), []string{"check", "-no-env", "-config", path}, ticker("x"), &out, &errb); code != 0 {
+		t.Fatalf("check -no-env without the secret: exit %d\n%s%s", code, out.String(), errb.String())
+	}
 }
 
 func TestCommandRefusesBadInput(t *testing.T) {

@@ -287,14 +287,16 @@ func (c *Config) defaults(d *decoder) {
 // orDefault gives the field at path its default when it is zero. A zero
 // written in the file is an error rather than the default: "misfire_grace:
 // 0s" reads as "no grace", and would silently be a minute.
-// (A value that could not be read is zero too: its error says so.) The
+// (An empty value keeps the default; a value that could not be read is
+// zero too, and its error says so; in a file that could not be read as a
+// whole, the fields hold nothing.) The
 // default is given either way, so the checks that follow do not complain
 // of the zero again.
 func orDefault[T time.Duration | int](d *decoder, path string, v *T, def T) {
 	if *v != 0 {
 		return
 	}
-	if d.set(path) && !d.failed(path) {
+	if d.set(path) && !d.empty[path] && !d.broken && !d.failed(path) {
 		d.errorf(d.lineOf(path), path, "0 is not allowed: leave the field out for its default, or give a value above 0")
 	}
 	*v = def

@@ -157,6 +157,8 @@ func TestValidationMessages(t *testing.T) {
 		{"negative timeout", minimal + "    timeout: -1s\n", []string{`config.yaml:4: jobs[0].timeout: must be >= 0, got -1s`}},
 		{"bad overlap", minimal + "    overlap: queue\n", []string{`config.yaml:4: jobs[0].overlap: must be "skip" or "allow", got "queue"`}},
 		{"negative grace", minimal + "    misfire_grace: -1m\n", []string{`config.yaml:4: jobs[0].misfire_grace: must be > 0, got -1m0s`}},
+		{"empty values keep their defaults", "lease:\n  ttl:\nclock:\n  max_skew: ~\n" + minimal + "    misfire_grace: null\n    retention: 1s\n", []string{
+			`config.yaml:9: jobs[0].retention: 1s is shorter than misfire_grace + max_skew (1m0s + 2s)`}},
 		{"zeros that would be defaults", "lease:\n  ttl: 0s\nclock:\n  max_skew: 0s\nalerts:\n  max_attempts: 0\n" + minimal +
 			"    misfire_grace: 0s\n    catchup_window: 0s\n    retention: 0s\n", []string{
 			`config.yaml:2: lease.ttl: 0 is not allowed: leave the field out for its default, or give a value above 0`,

@@ -20,6 +20,7 @@ type decoder struct {
 	lines  map[string]int    // field path -> line of its key
 	broken bool              // the file could not be read as YAML at all
 	env    map[string]string // field path -> the environment variable that set it
+	empty  map[string]bool   // field paths written with an empty value (null): they keep their defaults
 
 	errs    Errors // see errorf
 	more    *Error // counts the errors past maxErrors; last in errs
@@ -97,6 +98,10 @@ func (d *decoder) decode(n *yaml.Node, path string, v reflect.Value) {
 		n = n.Alias
 	}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		if d.empty == nil {
+			d.empty = map[string]bool{}
+		}
+		d.empty[path] = true
 		return // an empty value leaves the default
 	}
 	switch {

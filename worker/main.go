@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,6 +53,7 @@ Usage: worker COMMAND [-config FILE]
 Commands:
   run       run the cron table until SIGTERM or SIGINT (the command if only flags are given)
   check     validate the config; print it with its defaults, and each job's next 3 slots
+            (-no-env: the file alone, not the webhook secret it needs from the environment)
   status    print the live replicas, and each job's pause, lease holder and last 10 slot records
   pause     pause a job on every replica: worker pause JOB [-note TEXT]; its slots are recorded paused
   resume    end a job's pause: worker resume JOB
@@ -71,7 +73,8 @@ Environment (one config file for every replica):
   SLOTCRON_ADMIN_TOKEN     turns on the admin endpoints (trigger, pause, resume over HTTP): the bearer token
   SLOTCRON_WEBHOOK_SECRET  the key webhook payloads are signed with (alerts.secret_env names another)
 
-Exit codes: 0 ok, 1 failure, 2 bad usage or config.
+Exit codes: 0 ok, 1 failure, 2 bad usage or config, 3 (trigger) not run: the key has a record
+of a slot that did not run or failed (paused, skipped...), so trigger with another key.
 `
 
 // Main runs the worker's command line with os.Args and exits; see usage:
@@ -85,30 +88,32 @@ Exit codes: 0 ok, 1 failure, 2 bad usage or config.
 //	                            run the slots in [T, T] that have no record
 //	worker help                 list the commands
 func Main(register Registrar) {
+	redis.SetLogger(goRedisLog)
 	if args := os.Args[1:]; len(args) == 0 || strings.HasPrefix(args[0], "-") || args[0] == "run" {
-		redis.SetLogger(redisLogger{slog.New(slog.NewJSONHandler(os.Stderr, nil))})
-	} else {
-		// An operator's command says in one line when Redis does not
-		// answer (Command pings it first): go-redis's own lines, one per
-		// failed dial, would only bury it.
-		redis.SetLogger(quietRedis{})
+		goRedisLog.on.Store(true)
 	}
 	os.Exit(Command(context.Background(), os.Args[1:], register, os.Stdout, os.Stderr))
 }
 
-// quietRedis drops go-redis's own lines.
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
-
-// redisLogger sends go-redis's own lines (a pool that can't dial, a Sentinel
+// goRedisLog sends go-redis's own lines (a pool that can't dial, a Sentinel
 // that names a new master) to the worker's JSON log, at WARN, so that a log
-// pipeline parses every line the worker writes. Main installs it: go-redis
-// has one logger per process.
-type redisLogger struct{ log *slog.Logger }
+// pipeline parses every line the worker writes. Main installs it (go-redis
+// has one logger per process) and turns it on for run. An operator's
+// command pings Redis first and says in one line when it does not answer,
+// which a line per failed dial would only bury: its lines are off until the
+// ping has succeeded, and stay off for the short commands (status, pause,
+// resume); backfill and trigger run jobs, and turn them on.
+var goRedisLog = &redisLogger{log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
 
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
+type redisLogger struct {
+	on  atomic.Bool
+	log *slog.Logger
+}
+
+func (l *redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if l.on.Load() {
+		l.log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
+	}
 }
 
 // Command is Main with its arguments, context and output given: it returns
@@ -132,6 +137,10 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 	fs := flag.NewFlagSet("worker "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "config.yaml", "the YAML config file")
+	noEnv := new(bool)
+	if sub == "check" {
+		noEnv = fs.Bool("no-env", false, "check the file alone, not what the environment must provide (the webhook secret)")
+	}
 	var job string
 	note := new(string)
 	var bf backfillArgs
@@ -195,10 +204,13 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 			fmt.Fprintf(stderr, "worker %s: Redis (%s, %s) does not answer: %v\n", sub, cfg.Redis.Mode, strings.Join(cfg.Redis.Addrs, ", "), err)
 			return 1
 		}
+		if sub == "backfill" || sub == "trigger" {
+			goRedisLog.on.Store(true)
+		}
 	}
 	switch sub {
 	case "check":
-		return check(cfg, *path, stdout, stderr)
+		return check(cfg, *path, !*noEnv, stdout, stderr)
 	case "status":
 		return status(ctx, cfg, rdb, stdout, stderr)
 	case "pause", "resume":
@@ -252,10 +264,11 @@ func setup(path string, register Registrar, offline bool) (*Config, redis.Univer
 	return cfg, rdb, closeRedis, reg, nil
 }
 
-func check(cfg *Config, path string, out, stderr io.Writer) int {
+func check(cfg *Config, path string, env bool, out, stderr io.Writer) int {
 	// What run needs from the environment besides the file: check passes
-	// only what run would start with.
-	if len(cfg.Alerts.Webhooks) > 0 {
+	// only what run would start with, unless told to check the file alone
+	// (a CI job that holds no production secrets).
+	if env && len(cfg.Alerts.Webhooks) > 0 {
 		if _, err := webhookSecret(cfg); err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", path, err)
 			return 2

@@ -85,17 +85,24 @@ func triggerCmd(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg
 		return 1
 	}
 	switch {
-	case res.Outcome == slot.OutcomeWon && res.State != slot.StateDone, // it failed, or was left running
-		res.Outcome == slot.OutcomeLost && !asked(res.State), // the key's run did not happen
-		res.Outcome == slot.OutcomeSkipped, res.Outcome == slot.OutcomePaused:
+	case res.Outcome == slot.OutcomeWon && res.State != slot.StateDone: // it failed, or was left running
 		return 1
+	case res.Outcome == slot.OutcomeLost && !asked(res.State), // the key's run did not happen, or failed
+		res.Outcome == slot.OutcomeSkipped, res.Outcome == slot.OutcomePaused:
+		return exitKeyUsed
 	}
 	return 0
 }
 
+// exitKeyUsed is trigger's exit code when the key has a record of a slot
+// that did not run, or failed: asking again with that key will never run
+// it, so a script that retries on failure must stop, or take another key.
+const exitKeyUsed = 3
+
 // asked reports whether a key's record in state st is what the key asked
 // for: its run is done, or under way. Asking again for such a key succeeds
-// (exit 0), so that a script may trigger with the same key until it does.
+// (exit 0): a script may retry with the same key after a failure to reach
+// Redis (exit 1) until it succeeds, or until the key is used (exit 3).
 func asked(st slot.State) bool {
 	return st == slot.StateDone || st == slot.StateRunning
 }

@@ -119,14 +119,14 @@ jobs:
 		t.Fatalf("pause: exit %d: %s", code, errs)
 	}
 	out, errs, code = cmd("trigger", "draw", "-key", "while-paused")
-	if code != 1 || !strings.Contains(out, "not run: recorded paused") || !strings.Contains(out, "resume the job, then trigger it with another key") {
+	if code != 3 || !strings.Contains(out, "not run: recorded paused") || !strings.Contains(out, "resume the job, then trigger it with another key") {
 		t.Errorf("worker trigger of a paused job: exit %d\n%s%s", code, out, errs)
 	}
 	if _, errs, code := cmd("resume", "draw"); code != 0 {
 		t.Fatalf("resume: exit %d: %s", code, errs)
 	}
 	out, errs, code = cmd("trigger", "draw", "-key", "while-paused")
-	if code != 1 || !strings.Contains(out, "has a record already, paused by") || !strings.Contains(out, "trigger it with another key") {
+	if code != 3 || !strings.Contains(out, "has a record already, paused by") || !strings.Contains(out, "trigger it with another key") {
 		t.Errorf("worker trigger with a key recorded paused: exit %d\n%s%s", code, out, errs)
 	}
 	mu.Lock()

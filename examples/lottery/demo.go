@@ -70,6 +70,14 @@ func demo(o options) int {
 	// demo's keys are removed.
 	interrupted, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
+	go func() { // a second Ctrl-C ends the demo at once, its keys left
+		<-interrupted.Done()
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		<-again
+		fmt.Fprintln(os.Stderr, "lottery: interrupted again: exiting now")
+		os.Exit(130)
+	}()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		fmt.Fprintf(os.Stderr, "lottery: Redis at %s does not answer: %v\n", o.redis, err)
 		return 1
@@ -138,7 +146,7 @@ func demo(o options) int {
 	}
 
 	code := verdict(ctx, rdb, l, o.prefix, slots, seen, layout)
-	if o.jaeger != "" && !showTraces(ctx, jaegerUI(o.jaeger), o.prefix, slots) {
+	if o.jaeger != "" && !showTraces(interrupted, jaegerUI(o.jaeger), o.prefix, slots) {
 		code = max(code, 1)
 	}
 	return code
@@ -250,8 +258,8 @@ type slotView struct {
 
 // collect prints a line for each slot once its winner and n replicas in
 // all have reported on it (under spread routing, its preferred replica and
-// hedgers), or its winner has and a few seconds have passed, or every
-// replica has (a slot nobody won), and returns what they reported and how
+// hedgers), or a few seconds after the slot's time its winner or n
+// replicas have, or every replica has, and returns what they reported and how
 // many slots it printed: fewer than all when ctx ended first (Ctrl-C).
 // (The winner reports when its run has ended: its line shows the draw.)
 func collect(ctx context.Context, reports <-chan report, slots []time.Time, n, replicas int, l *lottery.Lottery, col columnWidths, layout string) (map[int64]*slotView, int) {
@@ -263,12 +271,14 @@ func collect(ctx context.Context, reports <-chan report, slots []time.Time, n, r
 	counts := map[int64]int{}
 	next := 0
 	// A replica that has not yet seen every peer in the registry may judge
-	// its part in a slot otherwise: once the winner has reported, its line
-	// waits at most this long for the others.
+	// its part in a slot otherwise, and a slot may have no winner: from
+	// this long after the slot's time, its line waits only for its winner
+	// or for n reports.
 	const straggle = 3 * time.Second
 	complete := func(at time.Time) bool {
 		won := seen[at.Unix()] != nil && seen[at.Unix()].winner != ""
-		return won && (counts[at.Unix()] >= n || time.Since(at) > straggle) || counts[at.Unix()] >= replicas
+		enough := counts[at.Unix()] >= n
+		return won && enough || time.Since(at) > straggle && (won || enough) || counts[at.Unix()] >= replicas
 	}
 	deadline := time.After(time.Until(slots[len(slots)-1]) + 30*time.Second)
 	tick := time.NewTicker(250 * time.Millisecond)
