@@ -72,6 +72,9 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 		}
 		slots = append(slots, t)
 	}
+	if !reachable(ctx, cfg, rdb, "backfill", stderr) {
+		return 1
+	}
 	store, err := slotstore.New(rdb, cfg.Redis.KeyPrefix)
 	if err != nil {
 		fmt.Fprintln(stderr, err)

@@ -132,6 +132,7 @@ func TestCheckNeedsTheWebhookSecret(t *testing.T) {
 func TestCommandRefusesBadInput(t *testing.T) {
 	bad := writeConfig(t, "jobs:\n  - name: tock\n    schedule: \"* *\"\n")
 	embedded := writeConfig(t, "redis:\n  mode: embedded\njobs:\n  - name: tick\n    schedule: \"@every 1s\"\n")
+	from, to := time.Now().Add(-30*time.Minute).UTC().Format(time.RFC3339), time.Now().Add(-10*time.Minute).UTC().Format(time.RFC3339)
 	down := writeConfig(t, "redis:\n  addrs: [\"127.0.0.1:1\"]\njobs:\n  - name: tick\n    schedule: \"@every 1s\"\n")
 	tests := []struct {
 		args []string
@@ -149,7 +150,12 @@ func TestCommandRefusesBadInput(t *testing.T) {
 		{[]string{"pause", "tick", "-config", embedded}, 2, "worker pause: redis.mode is embedded"},
 		{[]string{"pause", "tick", "-config", down}, 1, "worker pause: Redis (single, 127.0.0.1:1) does not answer: "},
 		{[]string{"trigger", "tick", "-config", down}, 1, "worker trigger: Redis (single, 127.0.0.1:1) does not answer: "},
-		{[]string{"backfill", "tick", "-config", down}, 1, "worker backfill: Redis (single, 127.0.0.1:1) does not answer: "},
+		{[]string{"backfill", "tick", "-config", down, "-from", from, "-to", to}, 1,
+			"worker backfill: Redis (single, 127.0.0.1:1) does not answer: "},
+		{[]string{"status", "-config", down}, 1, "worker status: Redis (single, 127.0.0.1:1) does not answer: "},
+		// Bad usage is said first, whether Redis answers or not.
+		{[]string{"backfill", "tick", "-config", down, "-from", "noon"}, 2, "worker backfill: give the range"},
+		{[]string{"trigger", "nope", "-config", down}, 2, `worker trigger: no job "nope" in the cron table`},
 		{[]string{"status", "-config", embedded}, 2, "worker status: redis.mode is embedded"},
 		{[]string{"trigger", "tick", "-config", embedded}, 2, "worker trigger: redis.mode is embedded"},
 		{[]string{"resume", "-config", bad, "tick", "tock"}, 2, "unexpected arguments"},

@@ -101,8 +101,8 @@ func Main(register Registrar) {
 // has one logger per process) and turns it on for run. An operator's
 // command pings Redis first and says in one line when it does not answer,
 // which a line per failed dial would only bury: its lines are off until the
-// ping has succeeded, and stay off for the short commands (status, pause,
-// resume); backfill and trigger run jobs, and turn them on.
+// ping has succeeded (reachable), and stay off for the short commands
+// (status, pause, resume); backfill and trigger run jobs, and turn them on.
 var goRedisLog = &redisLogger{log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
 
 type redisLogger struct {
@@ -196,22 +196,13 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 			"so this command would only see a Redis of its own, empty; run the workers on a real Redis (redis.mode single) to use it\n", sub)
 		return 2
 	}
-	if sub != "run" && sub != "check" {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := rdb.Ping(pctx).Err()
-		cancel()
-		if err != nil {
-			fmt.Fprintf(stderr, "worker %s: Redis (%s, %s) does not answer: %v\n", sub, cfg.Redis.Mode, strings.Join(cfg.Redis.Addrs, ", "), err)
-			return 1
-		}
-		if sub == "backfill" || sub == "trigger" {
-			goRedisLog.on.Store(true)
-		}
-	}
 	switch sub {
 	case "check":
 		return check(cfg, *path, !*noEnv, stdout, stderr)
 	case "status":
+		if !reachable(ctx, cfg, rdb, sub, stderr) {
+			return 1
+		}
 		return status(ctx, cfg, rdb, stdout, stderr)
 	case "pause", "resume":
 		return pause(ctx, cfg, rdb, sub, job, *note, stdout, stderr)
@@ -226,6 +217,24 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 		return backfill(ctx, cfg, rdb, reg, job, bf, stdout, stderr)
 	}
 	return run(ctx, cfg, rdb, reg, stderr)
+}
+
+// reachable pings Redis for an operator's command, once its arguments are
+// checked, and says in one line when it does not answer. Backfill and
+// trigger run jobs for as long as they take: once Redis answers, go-redis's
+// own lines go to their log again (see goRedisLog).
+func reachable(ctx context.Context, cfg *Config, rdb redis.UniversalClient, sub string, stderr io.Writer) bool {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		fmt.Fprintf(stderr, "worker %s: Redis (%s, %s) does not answer: %v\n", sub, cfg.Redis.Mode, strings.Join(cfg.Redis.Addrs, ", "), err)
+		return false
+	}
+	if sub == "backfill" || sub == "trigger" {
+		goRedisLog.on.Store(true)
+	}
+	return true
 }
 
 // setup loads the config, builds the Redis client and registers the jobs. It

@@ -26,6 +26,9 @@ func pause(ctx context.Context, cfg *Config, rdb redis.UniversalClient, sub, job
 		fmt.Fprintf(stderr, "worker %s: no job %q in the cron table; it has: %s\n", sub, job, strings.Join(names, ", "))
 		return 2
 	}
+	if !reachable(ctx, cfg, rdb, sub, stderr) {
+		return 1
+	}
 	slots, err := slotstore.New(rdb, cfg.Redis.KeyPrefix)
 	if err != nil {
 		fmt.Fprintln(stderr, err)

@@ -33,6 +33,9 @@ func triggerCmd(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg
 		fmt.Fprintf(stderr, "worker trigger: -note is %d bytes, more than %d\n", len(m.Note), slot.MaxNote)
 		return 2
 	}
+	if !reachable(ctx, cfg, rdb, "trigger", stderr) {
+		return 1
+	}
 	s, done, err := oneShot(ctx, cfg, rdb, reg, "trigger", stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "worker trigger: %v\n", err)
