@@ -364,6 +364,48 @@ func TestHelp(t *testing.T) {
 
 // TestCheckPrintsTheResolvedConfig: check shows the defaults it filled in,
 // each job's included, and masks the password.
+// TestCheckOutputLoads: the config check prints, defaults filled in,
+// loads as it is, to the same config: a user may start from it.
+func TestCheckOutputLoads(t *testing.T) {
+	path := writeConfig(t, "jobs:\n  - name: tick\n    schedule: \"@hourly\"\n  - name: tock\n    schedule: \"@daily\"\n    on_owner_lost: retry\n")
+	reg := func(reg *jobs.Registry, _ Env) error {
+		return errors.Join(reg.Register("tick", func(context.Context, jobs.Run) error { return nil }),
+			reg.Register("tock", func(context.Context, jobs.Run) error { return nil }))
+	}
+	var out, errb bytes.Buffer
+	if code := Command(context.Background(), []string{"check", "-config", path}, reg, &out, &errb); code != 0 {
+		t.Fatalf("check: exit %d: %s", code, errb.String())
+	}
+	_, resolved, ok := strings.Cut(out.String(), "# the config as the worker reads it, defaults filled in\n")
+	if !ok {
+		t.Fatalf("no resolved config in:\n%s", out.String())
+	}
+	resolved, _, _ = strings.Cut(resolved, "\n\n")
+	if strings.Contains(resolved, "replica_id") {
+		t.Errorf("check shows the default replica ID, this process's, which every replica would then share:\n%s", resolved)
+	}
+	again, err := Load("config.yaml", []byte(resolved), []string{"tick", "tock"})
+	if err != nil {
+		t.Fatalf("check's output does not load: %v\n%s", err, resolved)
+	}
+	shown, err := again.resolved()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(shown) != resolved+"\n" {
+		t.Fatalf("check's output loads to another config:\n%s\nagain:\n%s", resolved, shown)
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 func TestCheckPrintsTheResolvedConfig(t *testing.T) {
 	path := writeConfig(t, "redis:\n  password: hunter2\nlease:\n  ttl: 9s\njobs:\n  - name: tick\n    schedule: \"@hourly\"\n")
 	var out, errb bytes.Buffer

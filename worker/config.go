@@ -18,7 +18,8 @@ import (
 // Config is the worker's YAML configuration. config.example.yaml documents
 // every field with its default.
 type Config struct {
-	ReplicaID     string        `yaml:"replica_id"`
+	ReplicaID     string        `yaml:"replica_id,omitempty"` // omitted by check when it is the default, this host's
+	replicaIDSet  bool          // the file or SLOTCRON_REPLICA_ID named the replica
 	Redis         RedisConfig   `yaml:"redis"`
 	Lease         LeaseConfig   `yaml:"lease"`
 	Clock         ClockConfig   `yaml:"clock"`
@@ -92,7 +93,7 @@ type JobConfig struct {
 	Catchup       string        `yaml:"catchup"`
 	CatchupWindow time.Duration `yaml:"catchup_window"`
 	OnOwnerLost   string        `yaml:"on_owner_lost"`
-	MaxAttempts   int           `yaml:"max_attempts"`
+	MaxAttempts   int           `yaml:"max_attempts,omitempty"` // omitted by check under abandon, where it is an error
 	Retention     time.Duration `yaml:"retention"`
 	Routing       string        `yaml:"routing"`
 }
@@ -217,6 +218,7 @@ func (c *Config) defaults(d *decoder) {
 		c.ReplicaID = id
 		d.setByEnv("replica_id", ReplicaIDEnv)
 	}
+	c.replicaIDSet = c.ReplicaID != ""
 	if c.ReplicaID == "" {
 		c.ReplicaID = scheduler.DefaultReplicaID()
 	}
@@ -332,6 +334,9 @@ func (c *Config) SchedulerJobs() []scheduler.Job {
 // each job's included, and the Redis password masked.
 func (c *Config) resolved() ([]byte, error) {
 	shown := *c
+	if !c.replicaIDSet { // hostname-pid of the process that checks: each replica has its own
+		shown.ReplicaID = ""
+	}
 	if shown.Redis.Password != "" {
 		shown.Redis.Password = "(set, not shown)"
 	}
@@ -341,6 +346,9 @@ func (c *Config) resolved() ([]byte, error) {
 		shown.Jobs[i] = JobConfig{Name: j.Name, Schedule: j.Schedule, Timeout: j.Timeout, Overlap: string(j.Overlap),
 			MisfireGrace: j.MisfireGrace, Catchup: string(j.Catchup), CatchupWindow: j.CatchupWindow,
 			OnOwnerLost: string(j.OnOwnerLost), MaxAttempts: j.MaxAttempts, Retention: j.Retention, Routing: string(j.Routing)}
+		if j.OnOwnerLost != scheduler.OwnerLostRetry {
+			shown.Jobs[i].MaxAttempts = 0 // one attempt, and setting it is an error: not shown
+		}
 	}
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)

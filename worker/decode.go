@@ -69,7 +69,7 @@ func (d *decoder) fieldsOf(t reflect.Type) *structFields {
 	sf := &structFields{index: map[string]int{}}
 	var names []string
 	for i := range t.NumField() {
-		tag := t.Field(i).Tag.Get("yaml")
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",") // the name, without ",omitempty"
 		if tag == "" || tag == "-" {
 			continue
 		}
