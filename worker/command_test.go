@@ -71,17 +71,19 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
+// tickTock registers two jobs that do nothing, tick and tock.
+func tickTock(reg *jobs.Registry, _ Env) error {
+	return errors.Join(reg.Register("tick", func(context.Context, jobs.Run) error { return nil }),
+		reg.Register("tock", func(context.Context, jobs.Run) error { return nil }))
+}
+
 // TestCheckAlignsTheJobs: a long schedule widens the column rather than
 // pushing its line's next slots out of line.
 func TestCheckAlignsTheJobs(t *testing.T) {
 	path := writeConfig(t, "jobs:\n  - name: tick\n    schedule: \"CRON_TZ=America/Argentina/Buenos_Aires 0 0 12 * * *\"\n"+
 		"  - name: tock\n    schedule: \"@daily\"\n")
-	reg := func(reg *jobs.Registry, _ Env) error {
-		return errors.Join(reg.Register("tick", func(context.Context, jobs.Run) error { return nil }),
-			reg.Register("tock", func(context.Context, jobs.Run) error { return nil }))
-	}
 	var out, errb bytes.Buffer
-	if code := Command(context.Background(), []string{"check", "-config", path}, reg, &out, &errb); code != 0 {
+	if code := Command(context.Background(), []string{"check", "-config", path}, tickTock, &out, &errb); code != 0 {
 		t.Fatalf("check: exit %d: %s", code, errb.String())
 	}
 	var cols []int
@@ -362,18 +364,12 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// TestCheckPrintsTheResolvedConfig: check shows the defaults it filled in,
-// each job's included, and masks the password.
 // TestCheckOutputLoads: the config check prints, defaults filled in,
 // loads as it is, to the same config: a user may start from it.
 func TestCheckOutputLoads(t *testing.T) {
 	path := writeConfig(t, "jobs:\n  - name: tick\n    schedule: \"@hourly\"\n  - name: tock\n    schedule: \"@daily\"\n    on_owner_lost: retry\n")
-	reg := func(reg *jobs.Registry, _ Env) error {
-		return errors.Join(reg.Register("tick", func(context.Context, jobs.Run) error { return nil }),
-			reg.Register("tock", func(context.Context, jobs.Run) error { return nil }))
-	}
 	var out, errb bytes.Buffer
-	if code := Command(context.Background(), []string{"check", "-config", path}, reg, &out, &errb); code != 0 {
+	if code := Command(context.Background(), []string{"check", "-config", path}, tickTock, &out, &errb); code != 0 {
 		t.Fatalf("check: exit %d: %s", code, errb.String())
 	}
 	_, resolved, ok := strings.Cut(out.String(), "# the config as the worker reads it, defaults filled in\n")
@@ -406,6 +402,8 @@ func mustRead(t *testing.T, path string) string {
 	return string(b)
 }
 
+// TestCheckPrintsTheResolvedConfig: check shows the defaults it filled in,
+// each job's included, and masks the password.
 func TestCheckPrintsTheResolvedConfig(t *testing.T) {
 	path := writeConfig(t, "redis:\n  password: hunter2\nlease:\n  ttl: 9s\njobs:\n  - name: tick\n    schedule: \"@hourly\"\n")
 	var out, errb bytes.Buffer
