@@ -286,7 +286,7 @@ func TestEnvironmentOverrides(t *testing.T) {
 	}
 	t.Setenv(HTTPListenEnv, "9107")
 	_, err = Load("config.yaml", []byte(minimal), registered)
-	if want := `config.yaml:1: http.listen: "9107" is not host:port (use :8080 for every interface, "" for no HTTP) (set by SLOTCRON_HTTP_LISTEN)`; fmt.Sprint(err) != want {
+	if want := `config.yaml: http.listen: "9107" is not host:port (use :8080 for every interface, "" for no HTTP) (set by SLOTCRON_HTTP_LISTEN)`; fmt.Sprint(err) != want {
 		t.Fatalf("error %v, want %s", err, want)
 	}
 }

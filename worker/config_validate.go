@@ -17,10 +17,14 @@ import (
 // on the line of the field it is about (or of its closest parent).
 func (c *Config) validate(d *decoder) {
 	bad := func(path, format string, args ...any) {
+		line := d.lineOf(path)
 		if env, ok := d.env[path]; ok {
 			format += " (set by " + env + ")"
+			if _, inFile := d.lines[path]; !inFile {
+				line = 0 // no line of the file is at fault
+			}
 		}
-		d.errorf(d.lineOf(path), path, format, args...)
+		d.errorf(line, path, format, args...)
 	}
 	if err := slot.CheckReplicaID(c.ReplicaID); err != nil {
 		bad("replica_id", "%v", err)

@@ -25,6 +25,9 @@ type Error struct {
 // Error returns the problem on one line: a message that quotes the file
 // (a tag, or a schedule by way of the scheduler) has its line breaks escaped.
 func (e *Error) Error() string {
+	if e.Line == 0 { // not in the file: set by an environment variable, which the message names
+		return fmt.Sprintf("%s: %s: %s", e.File, oneLine.Replace(e.Path), oneLine.Replace(e.Msg))
+	}
 	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, oneLine.Replace(e.Path), oneLine.Replace(e.Msg))
 }
 
