@@ -355,7 +355,7 @@ func (r *runner) watchAll(ctx context.Context, now time.Time) bool {
 		}
 		for _, at := range st.Running {
 			t := target{at: at}
-			if j.Routing == RoutingSpread && (rank(ids, r.self, j.Name, at) > hedgers || r.renew.holds(t.key(j.Name))) {
+			if j.Routing == RoutingSpread && (rank(ids, r.self, j.Name, at) > Hedgers || r.renew.holds(t.key(j.Name))) {
 				continue
 			}
 			r.watch(now, j, t, -1)

@@ -99,20 +99,17 @@ const (
 	roleBackstop             // look for its record a backstop after its time, and claim it if it has none
 )
 
-// hedgers is how many replicas besides a slot's preferred one read its
-// record a hedge after its time (and claim it if it has none, and watch it
-// while it runs): the next ones in the slot's rendezvous order. The rest
-// only look for its record, with a count of the records of all the slots
-// of an instant (Claimer.Missing), a backstop after it. Every replica reading every slot a hedge late cost each of
-// them a read, a trace and a watch per slot: at 20 replicas of 10,000
-// jobs, more than two cores could do.
-const hedgers = 2
-
 // Hedgers is how many replicas besides a slot's preferred one read its
-// record a hedge after its time under spread routing, and so take part in
-// the slot when its preferred replica wins it: the others report nothing
-// for it unless they have to claim it.
-const Hedgers = hedgers
+// record a hedge after its time under spread routing (and claim it if it
+// has none, and watch it while it runs): the next ones in the slot's
+// rendezvous order. So they take part in a slot its preferred replica
+// wins; the rest only look for its record, with a count of the records of
+// all the slots of an instant (Claimer.Missing), a backstop after it, and
+// report nothing for it unless they have to claim it. Every replica
+// reading every slot a hedge late cost each of them a read, a trace and a
+// watch per slot: at 20 replicas of 10,000 jobs, more than two cores could
+// do.
+const Hedgers = 2
 
 // role returns this replica's role for the slot of j at at: under spread
 // routing, by its place in the slot's rendezvous order over the live
@@ -130,7 +127,7 @@ func (r *runner) role(j *jobState, at time.Time) role {
 	switch n := rank(ids, r.self, j.Name, at); {
 	case n == 0:
 		return roleFirst
-	case n <= hedgers:
+	case n <= Hedgers:
 		return roleHedge
 	}
 	return roleBackstop
