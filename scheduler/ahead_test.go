@@ -31,8 +31,9 @@ type leadLog struct {
 }
 
 type lead struct {
-	by    time.Duration // the slot's time minus when the claim went out
-	ahead bool
+	by        time.Duration // the slot's time minus when the claim went out
+	ahead     bool
+	contested bool
 }
 
 func newLeadLog() *leadLog { return &leadLog{leads: map[int64][]lead{}} }
@@ -52,7 +53,7 @@ func (lc leadClaimer) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Re
 			lc.l.unidentified++
 		}
 		if c.Kind == slot.ClaimLive {
-			lc.l.leads[c.Slot.Unix()] = append(lc.l.leads[c.Slot.Unix()], lead{c.Slot.Sub(now), c.Ahead})
+			lc.l.leads[c.Slot.Unix()] = append(lc.l.leads[c.Slot.Unix()], lead{c.Slot.Sub(now), c.Ahead, c.Contested})
 		}
 	}
 	lc.l.mu.Unlock()
@@ -65,6 +66,22 @@ func (lc leadClaimer) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Re
 		return res, nil
 	}
 	return lc.Store.Claim(ctx, claims)
+}
+
+// contested returns how many live claims were sent, and how many of them
+// were marked Contested.
+func (l *leadLog) contested() (claims, contested int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ls := range l.leads {
+		for _, c := range ls {
+			claims++
+			if c.contested {
+				contested++
+			}
+		}
+	}
+	return claims, contested
 }
 
 // of returns the claims sent for the slot at unix second at.

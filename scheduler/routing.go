@@ -148,6 +148,14 @@ func (s *Scheduler) candidatesOf(job string) []string {
 	return ids
 }
 
+// contenders is how many live replicas claim job's slots, as the last
+// heartbeat found them: candidatesOf's length, without its copy.
+func (s *Scheduler) contenders(job string) int {
+	s.peers.mu.Lock()
+	defer s.peers.mu.Unlock()
+	return len(s.peers.candidates[job]) + len(s.peers.sameTable)
+}
+
 // hedge is how long after a slot's time the replicas that are not its
 // preferred one claim it: four claim round trips (the last probe's, a
 // round trip to Redis), at least minHedge and at most maxHedge, or the

@@ -169,15 +169,28 @@ func TestSpreadTracesEveryHedgedLoss(t *testing.T) {
 }
 
 // TestRaceRouting: under routing race every replica claims each slot, ahead
-// of its time, as before spread routing; each slot still runs once.
+// of its time, as before spread routing; each slot still runs once. A lone
+// replica's claims are plain ones; once it has company, every claim is
+// marked contested (the store reads the slot's record first, as all but
+// one will find it).
 func TestRaceRouting(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		l := &runLog{runs: map[int64][]ran{}}
 		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s", Routing: scheduler.RoutingRace}}
 		claims := newLeadLog()
-		for _, id := range []string{"r1", "r2", "r3"} {
+		start := func(id string) {
 			h.startWith(id, replicaOpts{claimer: claims.wrap}, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
 		}
+		start("r1")
+		alone := nextSecond(0).Add(2 * time.Second)
+		sleepUntil(alone.Add(-500 * time.Millisecond))
+		claims.reset()
+		sleepUntil(alone.Add(5*time.Second - 500*time.Millisecond))
+		if n, contested := claims.contested(); n != 5 || contested != 0 {
+			t.Errorf("one replica: %d live claims, %d of them contested; want 5, none", n, contested)
+		}
+		start("r2")
+		start("r3")
 		from := nextSecond(0).Add(10 * time.Second)
 		to := from.Add(20 * time.Second)
 		sleepUntil(from.Add(-500 * time.Millisecond))
@@ -187,6 +200,9 @@ func TestRaceRouting(t *testing.T) {
 		l.between(t, from, to)
 		if early, onTime, late := claims.split(t); early != 3*20 || onTime != 0 || late != 0 {
 			t.Errorf("race: %d claims ahead of the slot's time, %d at it and %d later; want 60, 0 and 0", early, onTime, late)
+		}
+		if n, contested := claims.contested(); contested != n {
+			t.Errorf("three replicas: %d of %d live claims contested, want all", contested, n)
 		}
 	})
 }

@@ -173,6 +173,10 @@ func (r *runner) bareClaim(kind slot.Kind, j *jobState, at time.Time) slot.Claim
 	c := claim(kind, j.Job, at, r.self)
 	if kind == slot.ClaimLive {
 		c.MaxEarly = r.s.cfg.maxSkew
+		// Under routing race every candidate claims the slot at its time,
+		// and all but the first find its record: they read it first. (Under
+		// spread, the replicas that are not preferred read before they claim.)
+		c.Contested = j.Routing == RoutingRace && r.s.contenders(j.Name) > 1
 	}
 	return c
 }

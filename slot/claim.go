@@ -77,7 +77,13 @@ type Claim struct {
 	// OutcomeBusy and records nothing (the claim goes again at the slot's
 	// time, when that run may have ended), and a won slot's record says it
 	// started at the slot's time.
-	Ahead       bool
+	Ahead bool
+	// Contested says the slot's record is likely there already: other
+	// replicas claim it at the same instant (routing race). The store then
+	// reads the record before anything else, so that a claim that loses costs
+	// Redis one read rather than what a win costs. A hint of cost only: the
+	// answer is the same either way.
+	Contested   bool
 	Reason      string // ClaimLive and ClaimMiss: why a missed slot was missed
 	Retry       bool   // ClaimTakeover: on_owner_lost is retry
 	MaxAttempts int    // ClaimTakeover: the attempt limit

@@ -14,7 +14,8 @@ import (
 )
 
 // BenchmarkClaimBatch claims one slot of each of 100 jobs in one Claim (one
-// script call), first as the winner, then as a loser, then peeks at the
+// script call), first as the winner, then as a loser, then as a loser whose
+// claims are contested (routing race), then peeks at the
 // records as a hedged claim does (Peek: one MGET of every slot's record),
 // then finishes the runs. It reports what Redis spent running the scripts,
 // per claim and per finish (INFO commandstats, on a server of its own). Calls run back to back here, with Redis's caches warm; a
@@ -68,12 +69,27 @@ func BenchmarkClaimBatch(b *testing.B) {
 		}
 		return commandTime("evalsha")
 	}
-	var won, lost, peeked, finished time.Duration
+	// contested is batch's claims marked Contested (routing race).
+	contested := func(at time.Time, replica string) []slot.Claim {
+		claims := batch(at, replica)
+		for i := range claims {
+			claims[i].Contested = true
+		}
+		return claims
+	}
+	var won, lost, wonContested, lostContested, peeked, finished time.Duration
 	at := time.Unix(1_700_000_000, 0)
-	for b.Loop() {
+	for i := 0; b.Loop(); i++ {
 		at = at.Add(time.Second)
-		won += scriptTime(batch(at, "r1"), slot.OutcomeWon)
+		// The winner's claims alternate between contested and not: both
+		// sorts of win are measured on the same Redis, rounds interleaved.
+		if i%2 == 0 {
+			won += scriptTime(batch(at, "r1"), slot.OutcomeWon)
+		} else {
+			wonContested += scriptTime(contested(at, "r1"), slot.OutcomeWon)
+		}
 		lost += scriptTime(batch(at, "r2"), slot.OutcomeLost)
+		lostContested += scriptTime(contested(at, "r4"), slot.OutcomeLost)
 		peeked += peekTime(batch(at, "r3"))
 		reqs := make([]slot.FinishRequest, len(leases)) // free the job leases for the next slot
 		for i, l := range leases {
@@ -90,8 +106,13 @@ func BenchmarkClaimBatch(b *testing.B) {
 		finished += commandTime("evalsha")
 		leases = leases[:0]
 	}
-	b.ReportMetric(float64(won.Microseconds())/float64(b.N*njobs), "redis-us/won-claim")
+	wins, contestedWins := (b.N+1)/2, b.N/2
+	b.ReportMetric(float64(won.Microseconds())/float64(wins*njobs), "redis-us/won-claim")
+	if contestedWins > 0 {
+		b.ReportMetric(float64(wonContested.Microseconds())/float64(contestedWins*njobs), "redis-us/won-contested-claim")
+	}
 	b.ReportMetric(float64(lost.Microseconds())/float64(b.N*njobs), "redis-us/lost-claim")
+	b.ReportMetric(float64(lostContested.Microseconds())/float64(b.N*njobs), "redis-us/lost-contested-claim")
 	b.ReportMetric(float64(peeked.Microseconds())/float64(b.N*njobs), "redis-us/peek")
 	b.ReportMetric(float64(finished.Microseconds())/float64(b.N*njobs), "redis-us/finish")
 }

@@ -100,6 +100,7 @@ type claimProfile struct {
 	reason         string
 	early          int64
 	by, note       string // a manual slot's
+	peek           bool   // read the record first (Claim.Contested)
 }
 
 // claimCall is one claim.lua call for the claims at indexes g. It sets
@@ -116,7 +117,7 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 		ref, record := s.target(c)
 		keys = append(keys, record, s.stateKey(c.Job), s.ringKey(c.Job))
 		p := claimProfile{ttl: c.LeaseTTL.Milliseconds(), retention: c.Retention.Milliseconds(),
-			overlap: "skip", mode: claimModes[c.Kind], reason: c.Reason, early: c.MaxEarly.Milliseconds()}
+			overlap: "skip", mode: claimModes[c.Kind], reason: c.Reason, early: c.MaxEarly.Milliseconds(), peek: c.Contested}
 		if c.Manual != nil {
 			p.by, p.note = c.Manual.By, c.Manual.Note
 		}
@@ -134,7 +135,7 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 		if !ok {
 			pi = len(index) + 1
 			index[p] = pi
-			profiles = append(profiles, p.ttl, p.retention, p.overlap, p.mode, p.reason, p.early, p.by, p.note)
+			profiles = append(profiles, p.ttl, p.retention, p.overlap, p.mode, p.reason, p.early, p.by, p.note, p.peek)
 		}
 		tokens[i] = c.Token
 		if tokens[i] == "" {

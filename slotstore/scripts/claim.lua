@@ -13,8 +13,8 @@
 --       paused has ended)
 -- ARGV[1]  the replica ID
 -- ARGV[2]  the number of profiles, P
--- ARGV     then 8 per profile (what claims of one job share), profile p
---          from ARGV[2+8*(p-1)+1]:
+-- ARGV     then 9 per profile (what claims of one job share), profile p
+--          from ARGV[2+9*(p-1)+1]:
 --   +1  the lease TTL, ms
 --   +2  the record's retention, ms
 --   +3  "skip": a run of the job in progress blocks the slot (the job's
@@ -34,7 +34,11 @@
 --       refused, with nothing recorded. 0: no limit
 --   +7  mode "manual": who asked for the slot ("" otherwise)
 --   +8  mode "manual": their note
--- ARGV     then 5 per claim, claim i from ARGV[2+8*P+5*(i-1)+1]:
+--   +9  "1": read the slot's record before anything else (a contested claim:
+--       other replicas claim the slot at the same instant), so that a claim
+--       that finds another's record costs one read; "0": read it only when
+--       a write finds it. The answer is the same either way.
+-- ARGV     then 5 per claim, claim i from ARGV[2+9*P+5*(i-1)+1]:
 --   +1  the slot's ref: unix seconds, or for a manual slot "m:<id>"
 --   +2  the deadline: the latest start, ms on Redis's clock (mode "live")
 --   +3  the claim's profile, 1..P
@@ -100,15 +104,26 @@ local function create(rec, content, retention)
   return peek(rec)
 end
 
+-- mine reports whether the record r is the one this claim wrote (its reply
+-- was lost and it is sent again).
+local function mine(r, token)
+  return r.owner == replica and r.state == 'running' and r.token == token
+end
+
+-- lost is the reply to a claim whose slot has the record r, not its own.
+local function lost(r)
+  return {'lost', r.owner, r.state, tonumber(r.fence) or 0, tonumber(r.attempt) or 0}
+end
+
 -- answer is the reply to a claim whose slot has the record r: lost, unless r
 -- is this claim's own (its reply was lost and it is sent again): then won
 -- again, the lease's TTL restored, if no other run holds the job meanwhile.
 local function answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
-  if r.owner ~= replica or r.state ~= 'running' or r.token ~= token then
-    return {'lost', r.owner, r.state, tonumber(r.fence) or 0, tonumber(r.attempt) or 0}
+  if not mine(r, token) then
+    return lost(r)
   end
   if skip and ltok and ltok ~= token and luntil > now then
-    return {'lost', replica, 'running', tonumber(r.fence) or 0, tonumber(r.attempt) or 0}
+    return lost(r)
   end
   redis.call('HSET', st, lf, token .. ' ' .. ref .. ' ' .. (now + tonumber(ttl)) .. ' ' .. replica)
   return {'won', tonumber(r.fence), tonumber(r.attempt), r.run_id, tonumber(r.started)}
@@ -133,6 +148,15 @@ end
 
 local function claim(rec, st, ring, ref, deadline, p, token, tail)
   local ttl, retention, skip, mode, reason, early, by, note = p[1], p[2], p[3] == 'skip', p[4], p[5], p[6], p[7], p[8]
+  if p[9] == '1' then
+    -- Every path below answers lost to a record that is not this claim's
+    -- own, and reads the record before it writes anything: reading it first
+    -- answers the same, and spares the state's read and the record's write.
+    local r = peek(rec)
+    if r and not mine(r, token) then
+      return lost(r)
+    end
+  end
   local manual = string.sub(ref, 1, 2) == 'm:'
   local lf = 'lease'
   if not skip then
@@ -220,10 +244,10 @@ end
 
 local profiles, np = {}, tonumber(ARGV[2])
 for p = 1, np do
-  local a = 2 + 8 * (p - 1)
-  profiles[p] = {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]}
+  local a = 2 + 9 * (p - 1)
+  profiles[p] = {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]}
 end
-local out, first = {}, 2 + 8 * np
+local out, first = {}, 2 + 9 * np
 for i = 1, #KEYS / 3 do
   local a = first + 5 * (i - 1)
   out[i] = claim(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[a + 1], ARGV[a + 2], profiles[tonumber(ARGV[a + 3])], ARGV[a + 4], ARGV[a + 5])
