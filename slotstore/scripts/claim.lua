@@ -70,6 +70,9 @@ local replica = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- The clock as the record's texts write it, formatted once per call: a
+-- number written into a string costs a sprintf each time.
+local now_s, now_us_s = tostring(now), string.format('%.0f', now_us)
 
 -- found reads the record of a slot that has one: a protocol-2 string's
 -- fields, or a protocol-1 hash's.
@@ -224,16 +227,24 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   end
 
   local f = next_fence(j[2], now_us)
-  local fs = string.format('%.0f', f)
-  local started = now
+  local fs = now_us_s
+  if f ~= now_us then
+    fs = string.format('%.0f', f)
+  end
+  local started, started_s = now, now_s
   if mode == 'ahead' and late < 0 then -- the run waits for the slot's time
     started = now - late
+    started_s = tostring(started)
   end
-  local r = create(rec, 'running ' .. fs .. ' 1 ' .. started .. ' 0 ' .. at .. ' ' .. tail, retention)
+  local at_s = '0'
+  if manual then
+    at_s = now_s
+  end
+  local r = create(rec, 'running ' .. fs .. ' 1 ' .. started_s .. ' 0 ' .. at_s .. ' ' .. tail, retention)
   if r then
     return answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
   end
-  local lease = token .. ' ' .. ref .. ' ' .. (now + tonumber(ttl)) .. ' ' .. replica
+  local lease = token .. ' ' .. ref .. ' ' .. p[10] .. ' ' .. replica
   if not manual and tonumber(ref) > (tonumber(j[3]) or 0) then
     redis.call('HSET', st, lf, lease, 'fence', fs, 'running', with(j[4], ref), 'last', ref)
   else
@@ -245,7 +256,9 @@ end
 local profiles, np = {}, tonumber(ARGV[2])
 for p = 1, np do
   local a = 2 + 9 * (p - 1)
-  profiles[p] = {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]}
+  -- [10]: a won lease's end, "<until_ms>", formatted once per profile
+  profiles[p] = {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9],
+    tostring(now + tonumber(ARGV[a + 1]))}
 end
 local out, first = {}, 2 + 9 * np
 for i = 1, #KEYS / 3 do

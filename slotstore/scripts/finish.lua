@@ -29,6 +29,7 @@
 --               when it has expired or Redis lost it): nothing changes
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_s = tostring(now) -- formatted once per call, not once per run
 
 local function finish(rec, st, ring, token, ref, kind, head, tail, retention)
   local lf = 'lease'
@@ -58,7 +59,7 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention)
       return {0, state}
     end
   end
-  redis.call('SET', rec, head .. now .. tail, 'PX', retention)
+  redis.call('SET', rec, head .. now_s .. tail, 'PX', retention)
   local running = without(j[2], ref)
   local ef, ends = ended_at(j[3])
   redis.call('HSET', ring, ef, ref)
