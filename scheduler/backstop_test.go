@@ -193,6 +193,62 @@ func TestSpreadOwnerLeavesWithItsHedgers(t *testing.T) {
 	})
 }
 
+// TestSpreadHedgersDropOutForSkew: five replicas of a long job. Once a slot
+// runs, both of its hedgers' clocks step 10s ahead, past max_skew: they
+// refuse to claim from then on, takeovers included, but stay in the
+// registry. Then the owner is cut off from Redis. The other two replicas,
+// which saw the hedgers stop being candidates, watch the slot, and settle
+// it once the owner's lease has run out: before the registry could drop the
+// owner (three heartbeats of 10s), which would have made them look too.
+func TestSpreadHedgersDropOutForSkew(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		table := []scheduler.Job{{Name: "long", Schedule: "@every 1m", LeaseTTL: 5 * time.Second}}
+		ids := []string{"r1", "r2", "r3", "r4", "r5"}
+		at := nextSecond(0).Add(time.Minute).Truncate(time.Minute)
+		long := func(ctx context.Context, run jobs.Run) error { // the slot at at runs until its lease is lost
+			if !run.Slot.Equal(at) {
+				return nil
+			}
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
+		reps := map[string]*replica{}
+		for _, id := range ids {
+			reps[id] = h.start(id, registry(t, map[string]jobs.Func{"long": long}), table, scheduler.WithHedge(hedge),
+				scheduler.WithHeartbeatEvery(10*time.Second), scheduler.WithClockCheckEvery(time.Second))
+		}
+		sleepUntil(at.Add(2 * time.Second)) // it runs, and its hedgers have read its record
+		synctest.Wait()
+		var owner string
+		for _, id := range ids {
+			switch scheduler.Rank(ids, id, "long", at) {
+			case 0:
+				owner = id
+			case 1, 2:
+				reps[id].clock.step(10 * time.Second)
+			}
+		}
+		if rec, ok := h.record("long", at.Unix()); !ok || rec.State != slot.StateRunning || rec.Owner != owner {
+			t.Fatalf("slot %v: %+v (%v); want running on its preferred replica %s", at.UTC(), rec, ok, owner)
+		}
+		// The hedgers measure their offset within a second and publish it at
+		// their next heartbeat; the others see it at theirs.
+		cut := at.Add(2*time.Second + 25*time.Second)
+		sleepUntil(cut)
+		reps[owner].net.freeze()
+		defer reps[owner].net.thaw()
+		// The owner's lease runs out within 5s of the cut, and its entry
+		// goes stale 30s after its last heartbeat, 20s after the cut at
+		// the earliest.
+		sleepUntil(cut.Add(15 * time.Second))
+		synctest.Wait()
+		if rec, _ := h.record("long", at.Unix()); rec.State != slot.StateAbandoned {
+			t.Errorf("slot %v, 15s after its owner %s was cut off, its hedgers past max_skew: %s by %s; want abandoned by one of the other two",
+				at.UTC(), owner, rec.State, rec.Owner)
+		}
+	})
+}
+
 // failingLooks is a store whose backstop looks all fail, and which counts
 // the live claims it sends, by slot.
 type failingLooks struct {

@@ -173,10 +173,11 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 	older := reg.Older()
 	s.peers.mu.Lock()
 	before, olderBefore, was := s.peers.disagreements, s.peers.older, s.peers.reg
+	wasCands, wasSame := s.peers.candidates, s.peers.sameTable
 	s.peers.reg, s.peers.disagreements, s.peers.candidates, s.peers.sameTable = reg, dis, cands, same
 	s.peers.older = older
 	s.peers.mu.Unlock()
-	if left(was, reg) {
+	if left(was, reg) || dropped(wasCands, wasSame, cands, same) {
 		select { // the loop reads which slots run: it may now have to watch some the replica that left watched
 		case s.departed <- struct{}{}:
 		default:
@@ -209,6 +210,27 @@ func left(was, now slot.Registry) bool {
 	for _, p := range was.Replicas {
 		if !slices.ContainsFunc(now.Replicas, func(q slot.Replica) bool { return q.ID == p.ID }) {
 			return true
+		}
+	}
+	return false
+}
+
+// dropped reports whether a replica that was a candidate for a job is no
+// longer one: its clock went past max_skew, or it no longer runs the job. It
+// refuses to claim that job's slots from then on, takeovers included, so the
+// running slots it watched as a hedger need other watchers, as when a
+// replica leaves the registry.
+func dropped(wasCands map[string][]string, wasSame []string, cands map[string][]string, same []string) bool {
+	for _, id := range wasSame {
+		if !slices.Contains(same, id) {
+			return true
+		}
+	}
+	for job, ids := range wasCands {
+		for _, id := range ids {
+			if !slices.Contains(cands[job], id) {
+				return true
+			}
 		}
 	}
 	return false

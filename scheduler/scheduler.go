@@ -68,7 +68,7 @@ type Scheduler struct {
 	probedWall, probedMono time.Time
 
 	probeNow chan struct{} // 1-buffered: "probe now", to the clock loop
-	departed chan struct{} // 1-buffered: "a replica left the registry", to the loop
+	departed chan struct{} // 1-buffered: "a replica left the registry, or stopped being a candidate", to the loop
 
 	triggers chan triggerReq // Trigger, to the loop
 	looping  atomic.Bool     // the loop runs: Trigger hands it requests
