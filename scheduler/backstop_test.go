@@ -144,6 +144,18 @@ func TestSpreadBackstopStartsTheSlot(t *testing.T) {
 	})
 }
 
+// holdsSlot is a job whose run of the slot at at lasts until its lease is
+// lost; its runs of other slots return at once.
+func holdsSlot(at time.Time) jobs.Func {
+	return func(ctx context.Context, run jobs.Run) error {
+		if !run.Slot.Equal(at) {
+			return nil
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}
+}
+
 // TestSpreadOwnerLeavesWithItsHedgers: five replicas of a long job. Once a
 // slot runs, its owner and both of its hedgers (the only replicas that
 // read its record, and so watch it) are cut off from Redis. When the
@@ -155,13 +167,7 @@ func TestSpreadOwnerLeavesWithItsHedgers(t *testing.T) {
 		table := []scheduler.Job{{Name: "long", Schedule: "@every 1m", LeaseTTL: 10 * time.Second}}
 		ids := []string{"r1", "r2", "r3", "r4", "r5"}
 		at := nextSecond(0).Add(time.Minute).Truncate(time.Minute)
-		long := func(ctx context.Context, run jobs.Run) error { // the slot at at runs until its lease is lost
-			if !run.Slot.Equal(at) {
-				return nil
-			}
-			<-ctx.Done()
-			return context.Cause(ctx)
-		}
+		long := holdsSlot(at)
 		reps := map[string]*replica{}
 		for _, id := range ids {
 			reps[id] = h.start(id, registry(t, map[string]jobs.Func{"long": long}), table, scheduler.WithHedge(hedge))
@@ -205,13 +211,7 @@ func TestSpreadHedgersDropOutForSkew(t *testing.T) {
 		table := []scheduler.Job{{Name: "long", Schedule: "@every 1m", LeaseTTL: 5 * time.Second}}
 		ids := []string{"r1", "r2", "r3", "r4", "r5"}
 		at := nextSecond(0).Add(time.Minute).Truncate(time.Minute)
-		long := func(ctx context.Context, run jobs.Run) error { // the slot at at runs until its lease is lost
-			if !run.Slot.Equal(at) {
-				return nil
-			}
-			<-ctx.Done()
-			return context.Cause(ctx)
-		}
+		long := holdsSlot(at)
 		reps := map[string]*replica{}
 		for _, id := range ids {
 			reps[id] = h.start(id, registry(t, map[string]jobs.Func{"long": long}), table, scheduler.WithHedge(hedge),
