@@ -181,3 +181,14 @@ func TestRenewerHoldsBySlot(t *testing.T) {
 		t.Fatal("after the scheduled run ended: want only the manual one held")
 	}
 }
+
+// TestContenders: the replicas that claim a job's slots are those that list
+// it and those that publish only the hash of this replica's (large) table.
+func TestContenders(t *testing.T) {
+	s := &Scheduler{}
+	s.peers.candidates = map[string][]string{"a": {"r1", "r2"}}
+	s.peers.sameTable = []string{"r3"}
+	if n, m := s.contenders("a"), s.contenders("b"); n != 3 || m != 1 {
+		t.Errorf("contenders: %d for a job two list, %d for one none lists; want 3 and 1 (r3 runs the same table)", n, m)
+	}
+}

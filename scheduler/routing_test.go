@@ -171,8 +171,8 @@ func TestSpreadTracesEveryHedgedLoss(t *testing.T) {
 // TestRaceRouting: under routing race every replica claims each slot, ahead
 // of its time, as before spread routing; each slot still runs once. A lone
 // replica's claims are plain ones; once it has company, every claim is
-// marked contested (the store reads the slot's record first, as all but
-// one will find it).
+// marked contested, as all but one will find the slot's record (what the
+// store then does: slotstore's TestContested tests).
 func TestRaceRouting(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		l := &runLog{runs: map[int64][]ran{}}

@@ -94,6 +94,63 @@ var contestedCases = []contestedCase{
 		c.Deadline = time.Now().Add(-time.Minute)
 		return c, won.Fence
 	}},
+	{"ahead, running on another replica", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
+		won := claimOne(t, s, live(job, at, "r1"))
+		c := live(job, at, "r2")
+		c.Ahead = true
+		return c, won.Fence
+	}},
+	{"ahead, no record, the job held by a run", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
+		claimOne(t, s, live(job, at.Add(-time.Second), "r1"))
+		c := live(job, at, "r2")
+		c.Ahead = true
+		return c, 0
+	}},
+	{"ahead, no record, in the future", func(t *testing.T, _ *redis.Client, _ *slotstore.Store, job string, _ time.Time) (slot.Claim, int64) {
+		c := live(job, time.Now().Add(time.Minute).Truncate(time.Second), "r2")
+		c.Ahead, c.MaxEarly = true, 2*time.Minute
+		return c, 0
+	}},
+	{"overlap allow, running on another replica", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
+		c := live(job, at, "r1")
+		c.AllowOverlap = true
+		won := claimOne(t, s, c)
+		c.Replica = "r2"
+		return c, won.Fence
+	}},
+	{"overlap allow, no record, another slot running", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
+		c := live(job, at.Add(-time.Second), "r1")
+		c.AllowOverlap = true
+		claimOne(t, s, c)
+		c.Slot, c.Replica = at, "r2"
+		return c, 0
+	}},
+	{"catch-up, running on another replica", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
+		won := claimOne(t, s, live(job, at, "r1"))
+		c := live(job, at, "r2")
+		c.Kind = slot.ClaimCatchup
+		return c, won.Fence
+	}},
+	{"miss, running on another replica", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
+		won := claimOne(t, s, live(job, at, "r1"))
+		c := live(job, at, "r2")
+		c.Kind, c.Reason = slot.ClaimMiss, "catchup none"
+		return c, won.Fence
+	}},
+	{"expire past its deadline, done", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
+		won := claimOne(t, s, live(job, at, "r1"))
+		if err := finish(s, won.Lease, slot.StateDone, ""); err != nil {
+			t.Fatal(err)
+		}
+		c := live(job, at, "r2")
+		c.Kind, c.Reason, c.Deadline = slot.ClaimExpire, "no replica claimed it", time.Now().Add(-time.Minute)
+		return c, won.Fence
+	}},
+	{"expire past its deadline, no record", func(t *testing.T, _ *redis.Client, _ *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
+		c := live(job, at, "r2")
+		c.Kind, c.Reason, c.Deadline = slot.ClaimExpire, "no replica claimed it", time.Now().Add(-time.Minute)
+		return c, 0
+	}},
 	{"a protocol-1 record", func(t *testing.T, rdb *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
 		key := s.Prefix() + ":{" + job + "}:slot:" + strconv.FormatInt(at.Unix(), 10)
 		if err := rdb.HSet(context.Background(), key, "owner", "old-1", "state", "done", "fence", "1700005009000001", "attempt", 1, "token", "t9").Err(); err != nil {
@@ -112,7 +169,8 @@ var contestedCases = []contestedCase{
 
 // TestContestedClaimsAnswerTheSame: a contested claim (Claim.Contested: the
 // store reads the slot's record before anything else) gets the answer an
-// uncontested one gets, whatever state the slot and its job are in: lost to
+// uncontested one gets, and changes the same fields of the same keys,
+// whatever state the slot and its job are in, in every mode: lost to
 // another replica's record of each state, won again when the record is its
 // own, and the claim's own answer when the slot has none. Each case is set
 // up twice, on two jobs, one for each kind of claim.
@@ -122,11 +180,14 @@ func TestContestedClaimsAnswerTheSame(t *testing.T) {
 	for i, tc := range contestedCases {
 		t.Run(tc.name, func(t *testing.T) {
 			var got [2]slot.Result
+			var changed [2]string
 			for k, contested := range []bool{false, true} {
 				job := "c" + strconv.Itoa(i) + "-" + strconv.FormatBool(contested)
 				c, fence := tc.setup(t, rdb, s, job, at)
 				c.Contested = contested
+				before := jobKeys(t, rdb, s, job)
 				r := claimOne(t, s, c)
+				changed[k] = changes(before, jobKeys(t, rdb, s, job))
 				if fence != 0 && r.Fence != fence {
 					t.Errorf("contested %v: fence %d, want the record's %d", contested, r.Fence, fence)
 				}
@@ -142,8 +203,57 @@ func TestContestedClaimsAnswerTheSame(t *testing.T) {
 			if got[0] != got[1] {
 				t.Errorf("uncontested: %+v\n  contested: %+v", got[0], got[1])
 			}
+			if changed[0] != changed[1] {
+				t.Errorf("uncontested, it changed %q; contested, %q", changed[0], changed[1])
+			}
 		})
 	}
+}
+
+// jobKeys returns every field of job's keys (its slots' records, its state,
+// its ended ring): "<key after the job's tag> <field>" to its value ("" for
+// a string's field).
+func jobKeys(t *testing.T, rdb *redis.Client, s *slotstore.Store, job string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	tag := s.Prefix() + ":{" + job + "}:"
+	keys, err := rdb.Keys(ctx, tag+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, k := range keys {
+		name := strings.TrimPrefix(k, tag)
+		switch typ := rdb.Type(ctx, k).Val(); typ {
+		case "string":
+			out[name+" "] = rdb.Get(ctx, k).Val()
+		case "hash":
+			for f, v := range rdb.HGetAll(ctx, k).Val() {
+				out[name+" "+f] = v
+			}
+		default:
+			t.Fatalf("%s is a %s", k, typ)
+		}
+	}
+	return out
+}
+
+// changes lists the fields that differ between two jobKeys snapshots,
+// sorted: what a claim wrote, by name (values hold tokens and times).
+func changes(before, after map[string]string) string {
+	var out []string
+	for k, v := range after {
+		if w, ok := before[k]; !ok || w != v {
+			out = append(out, k)
+		}
+	}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			out = append(out, k+"(deleted)")
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }
 
 // TestContestedClaimThatLosesOnlyReads: on a Redis of its own, a contested
