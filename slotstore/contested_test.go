@@ -56,10 +56,13 @@ var contestedCases = []contestedCase{
 		claimOne(t, s, live(job, at, "r1"))
 		return live(job, at, "r2"), 0
 	}},
-	{"its own, the reply lost", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
+	{"its own, the reply lost", func(t *testing.T, rdb *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
 		c := live(job, at, "r1")
 		c.Token, c.RunID = "tok-"+job, "0190d3c2-0000-7000-8000-000000000001"
 		won := claimOne(t, s, c)
+		// Time passes while the reply is lost: the claim sent again restores
+		// the lease (within the same millisecond, it would write what is there).
+		lapse(t, rdb, s, job, "lease")
 		return c, won.Fence
 	}},
 	{"its own, another run holds the job", func(t *testing.T, rdb *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
