@@ -138,7 +138,14 @@ func demo(o options) int {
 		fmt.Printf("(spread routing: a slot's preferred replica and its %d hedgers take part in it; the other replicas only look for its record, and report nothing unless they must claim it)\n",
 			scheduler.Hedgers)
 	}
-	seen, done := collect(interrupted, reports, slots, min(o.replicas, 1+scheduler.Hedgers), o.replicas, l, col, layout)
+	records, _ := slotstore.New(rdb, o.prefix)
+	running := func(at time.Time) bool {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		rec, ok, err := records.Record(rctx, lottery.Name, at)
+		return err == nil && ok && rec.State == slot.StateRunning
+	}
+	seen, done := collect(interrupted, reports, slots, min(o.replicas, 1+scheduler.Hedgers), o.replicas, running, l, col, layout)
 	stopReplicas(kids) // they flush their spans as they stop
 	if done < len(slots) {
 		fmt.Fprintf(os.Stderr, "lottery: interrupted after %d of %d slots: the replicas have stopped\n", done, len(slots))
@@ -256,13 +263,40 @@ type slotView struct {
 	other  []string // outcomes besides won and lost
 }
 
+// straggle is how long after a slot's time its line waits for more than
+// its winner or n reports: a replica that has not yet seen every peer in
+// the registry may judge its part in a slot otherwise, and a slot may have
+// no winner.
+const straggle = 3 * time.Second
+
+// slotComplete reports whether a slot's line can be printed, since after
+// its time, given whether its winner has reported (when its run has ended),
+// how many replicas have, of n that take part and replicas in all. Past
+// straggle, n reports without the winner's are enough unless running (read
+// only then) says the slot's record is running: its run has not ended (a
+// busy machine can starve it for seconds), and stopping the replicas then
+// would cut its draw short.
+func slotComplete(since time.Duration, won bool, reports, n, replicas int, running func() bool) bool {
+	switch {
+	case won && reports >= n, reports >= replicas:
+		return true
+	case since <= straggle:
+		return false
+	case won:
+		return true
+	}
+	return reports >= n && !running()
+}
+
 // collect prints a line for each slot once its winner and n replicas in
 // all have reported on it (under spread routing, its preferred replica and
 // hedgers), or a few seconds after the slot's time its winner or n
-// replicas have, or every replica has, and returns what they reported and how
-// many slots it printed: fewer than all when ctx ended first (Ctrl-C).
-// (The winner reports when its run has ended: its line shows the draw.)
-func collect(ctx context.Context, reports <-chan report, slots []time.Time, n, replicas int, l *lottery.Lottery, col columnWidths, layout string) (map[int64]*slotView, int) {
+// replicas have (and its record is not running), or every replica has,
+// and returns what they reported and how many slots it printed: fewer than
+// all when ctx ended first (Ctrl-C). (The winner reports when its run has
+// ended: its line shows the draw.) running reads whether a slot's record
+// is running.
+func collect(ctx context.Context, reports <-chan report, slots []time.Time, n, replicas int, running func(time.Time) bool, l *lottery.Lottery, col columnWidths, layout string) (map[int64]*slotView, int) {
 	want := map[int64]bool{}
 	for _, s := range slots {
 		want[s.Unix()] = true
@@ -270,15 +304,9 @@ func collect(ctx context.Context, reports <-chan report, slots []time.Time, n, r
 	seen := map[int64]*slotView{}
 	counts := map[int64]int{}
 	next := 0
-	// A replica that has not yet seen every peer in the registry may judge
-	// its part in a slot otherwise, and a slot may have no winner: from
-	// this long after the slot's time, its line waits only for its winner
-	// or for n reports.
-	const straggle = 3 * time.Second
 	complete := func(at time.Time) bool {
 		won := seen[at.Unix()] != nil && seen[at.Unix()].winner != ""
-		enough := counts[at.Unix()] >= n
-		return won && enough || time.Since(at) > straggle && (won || enough) || counts[at.Unix()] >= replicas
+		return slotComplete(time.Since(at), won, counts[at.Unix()], n, replicas, func() bool { return running(at) })
 	}
 	deadline := time.After(time.Until(slots[len(slots)-1]) + 30*time.Second)
 	tick := time.NewTicker(250 * time.Millisecond)

@@ -38,3 +38,36 @@ func TestSlotLinesAlign(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotComplete: a slot's line waits for its winner and the replicas
+// that take part; past straggle, for its winner or for that many reports,
+// but not while its record is running: a starved winner's draw is not yet
+// made, and its line (and the verdict) would call the slot drawn by no one.
+func TestSlotComplete(t *testing.T) {
+	const n, replicas = 3, 5
+	for _, tc := range []struct {
+		since   time.Duration
+		won     bool
+		reports int
+		running bool
+		want    bool
+	}{
+		{time.Second, true, 3, false, true},
+		{time.Second, true, 2, false, false},
+		{time.Second, false, 3, false, false},
+		{time.Second, false, 5, true, true}, // every replica has reported
+		{straggle + time.Millisecond, true, 1, true, true},
+		{straggle + time.Millisecond, false, 3, false, true},  // no winner: missed, say
+		{straggle + time.Millisecond, false, 3, true, false},  // its run has not ended
+		{straggle + time.Millisecond, false, 2, false, false}, // fewer than n
+	} {
+		reads := 0
+		got := slotComplete(tc.since, tc.won, tc.reports, n, replicas, func() bool { reads++; return tc.running })
+		if got != tc.want {
+			t.Errorf("%v after the slot, won %v, %d reports, running %v: complete %v, want %v", tc.since, tc.won, tc.reports, tc.running, got, tc.want)
+		}
+		if reads > 0 && (tc.won || tc.since <= straggle || tc.reports < n) {
+			t.Errorf("%v after the slot, won %v, %d reports: read the record, which only a slot past straggle with n reports and no winner needs", tc.since, tc.won, tc.reports)
+		}
+	}
+}
