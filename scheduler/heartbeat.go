@@ -178,7 +178,7 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 	s.peers.older = older
 	s.peers.mu.Unlock()
 	if left(was, reg) || dropped(wasCands, wasSame, cands, same) {
-		select { // the loop reads which slots run: it may now have to watch some the replica that left watched
+		select { // the loop reads which slots run: it may now have to watch some that the replica gone (or no longer a candidate) watched
 		case s.departed <- struct{}{}:
 		default:
 		}

@@ -80,8 +80,9 @@ type Claim struct {
 	Ahead bool
 	// Contested says the slot's record is likely there already: other
 	// replicas claim it at the same instant (routing race). The store then
-	// reads the record before anything else, so that a claim that loses costs
-	// Redis one read rather than what a win costs. A hint of cost only: the
+	// reads the record before anything else, so that a claim that loses
+	// reads only the record, not the job's state too (nor tries to write the
+	// record); a win reads the record once more. A hint of cost only: the
 	// answer is the same either way.
 	Contested   bool
 	Reason      string // ClaimLive and ClaimMiss: why a missed slot was missed

@@ -118,17 +118,23 @@ local function lost(r)
   return {'lost', r.owner, r.state, tonumber(r.fence) or 0, tonumber(r.attempt) or 0}
 end
 
+-- lease is the value of a won lease: the run's token, its slot's ref, its
+-- end (until_s: ms on Redis's clock, formatted once per profile) and owner.
+local function lease(token, ref, until_s)
+  return token .. ' ' .. ref .. ' ' .. until_s .. ' ' .. replica
+end
+
 -- answer is the reply to a claim whose slot has the record r: lost, unless r
 -- is this claim's own (its reply was lost and it is sent again): then won
 -- again, the lease's TTL restored, if no other run holds the job meanwhile.
-local function answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
+local function answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
   if not mine(r, token) then
     return lost(r)
   end
   if skip and ltok and ltok ~= token and luntil > now then
     return lost(r)
   end
-  redis.call('HSET', st, lf, token .. ' ' .. ref .. ' ' .. (now + tonumber(ttl)) .. ' ' .. replica)
+  redis.call('HSET', st, lf, lease(token, ref, until_s))
   return {'won', tonumber(r.fence), tonumber(r.attempt), r.run_id, tonumber(r.started)}
 end
 
@@ -150,7 +156,7 @@ local function close(rec, st, ring, j, ref, manual, at, retention, state, why, b
 end
 
 local function claim(rec, st, ring, ref, deadline, p, token, tail)
-  local ttl, retention, skip, mode, reason, early, by, note = p[1], p[2], p[3] == 'skip', p[4], p[5], p[6], p[7], p[8]
+  local retention, skip, mode, reason, early, by, note, until_s = p[2], p[3] == 'skip', p[4], p[5], p[6], p[7], p[8], p[10]
   if p[9] == '1' then
     -- Every path below answers lost to a record that is not this claim's
     -- own, and reads the record before it writes anything: reading it first
@@ -177,7 +183,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   if mode == 'miss' or (mode == 'expire' and now > tonumber(deadline)) then
     local r = close(rec, st, ring, j, ref, manual, at, retention, 'missed', reason, by, note)
     if r then
-      return answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
+      return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     return {'missed', late}
   end
@@ -185,7 +191,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   if mode == 'expire' or (live and tonumber(early) > 0 and -late > tonumber(early)) then
     local r = peek(rec)
     if r then
-      return answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
+      return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     if mode == 'expire' then
       return {'early', tonumber(deadline) - now + 1}
@@ -199,21 +205,21 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     end
     local r = close(rec, st, ring, j, ref, manual, at, retention, 'paused', why, by, note)
     if r then
-      return answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
+      return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     return {'paused', why}
   end
   if live and now > tonumber(deadline) then
     local r = close(rec, st, ring, j, ref, manual, at, retention, 'missed', reason .. ': ' .. late .. 'ms after the slot, past the misfire grace', by, note)
     if r then
-      return answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
+      return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     return {'missed', late}
   end
   if skip and ltok and ltok ~= token and luntil > now then -- a run holds the job
     local r = peek(rec) -- the slot may be that run's, or another's that ran already
     if r then
-      return answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
+      return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     if mode == 'wait' or mode == 'ahead' then
       return {'busy', lholder, luntil - now, lref}
@@ -221,7 +227,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     r = close(rec, st, ring, j, ref, manual, at, retention, 'skipped',
       'overlap: the run of slot ' .. lref .. ' on ' .. lholder .. ' still holds the job', by, note)
     if r then
-      return answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
+      return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     return {'skipped', lholder, lref, luntil - now}
   end
@@ -242,13 +248,13 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   end
   local r = create(rec, 'running ' .. fs .. ' 1 ' .. started_s .. ' 0 ' .. at_s .. ' ' .. tail, retention)
   if r then
-    return answer(st, lf, r, token, ref, ttl, skip, ltok, luntil)
+    return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
   end
-  local lease = token .. ' ' .. ref .. ' ' .. p[10] .. ' ' .. replica
+  local l = lease(token, ref, until_s)
   if not manual and tonumber(ref) > (tonumber(j[3]) or 0) then
-    redis.call('HSET', st, lf, lease, 'fence', fs, 'running', with(j[4], ref), 'last', ref)
+    redis.call('HSET', st, lf, l, 'fence', fs, 'running', with(j[4], ref), 'last', ref)
   else
-    redis.call('HSET', st, lf, lease, 'fence', fs, 'running', with(j[4], ref))
+    redis.call('HSET', st, lf, l, 'fence', fs, 'running', with(j[4], ref))
   end
   return {'won', f, 1, '', started}
 end
