@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -95,12 +96,74 @@ func (r *runner) waitForSlot(ctx context.Context, slotAt time.Time) error {
 	if wait <= 0 {
 		return nil
 	}
-	t := r.clock.NewTimer(wait)
-	defer t.Stop()
+	g := r.gates.join(r.clock, slotAt.UnixNano(), wait)
 	select {
-	case <-t.C():
+	case <-g.open:
 		return nil
 	case <-ctx.Done():
+		r.gates.leave(g)
 		return context.Cause(ctx)
 	}
+}
+
+// gates holds the runs that wait for their slots' time, one gate per
+// instant: the runs of every job due at one instant share one timer, which
+// opens their gate at once. (A timer per run cost as much as the run itself
+// with thousands of jobs due at one instant: each system timer ends in a
+// sleep of its own, see preciseTimer.) Safe for concurrent use.
+type gates struct {
+	mu sync.Mutex
+	at map[int64]*gate // by the instant, Unix ns
+}
+
+type gate struct {
+	key     int64
+	open    chan struct{} // closed at the instant
+	stop    chan struct{} // closed when every run has left before it
+	waiting int           // runs waiting, under gates.mu
+}
+
+// join returns the gate of the instant key, which the first run to wait for
+// it arms to open after wait: a run that joins later waits no longer than
+// that, so no run waits more than maxAhead.
+func (gs *gates) join(clock Clock, key int64, wait time.Duration) *gate {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if g, ok := gs.at[key]; ok {
+		g.waiting++
+		return g
+	}
+	if gs.at == nil {
+		gs.at = map[int64]*gate{}
+	}
+	g := &gate{key: key, open: make(chan struct{}), stop: make(chan struct{}), waiting: 1}
+	gs.at[key] = g
+	t := clock.NewTimer(wait)
+	go func() {
+		defer t.Stop()
+		select {
+		case <-t.C():
+		case <-g.stop:
+			return
+		}
+		gs.mu.Lock()
+		if gs.at[key] == g {
+			delete(gs.at, key)
+		}
+		gs.mu.Unlock()
+		close(g.open)
+	}()
+	return g
+}
+
+// leave takes a run that stops waiting before its instant off g; the last
+// one to leave stops g's timer.
+func (gs *gates) leave(g *gate) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if g.waiting--; g.waiting > 0 || gs.at[g.key] != g {
+		return
+	}
+	delete(gs.at, g.key)
+	close(g.stop)
 }

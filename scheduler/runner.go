@@ -47,6 +47,7 @@ type runner struct {
 	runEnded chan runEnded // from run goroutines to the loop
 	loopDone chan struct{} // closed when the loop has returned: nobody receives events
 
+	gates    gates // the runs that wait for their slot's time
 	jobsWG   sync.WaitGroup
 	killCtx  context.Context // cancelled when the shutdown grace has passed
 	kill     context.CancelFunc
