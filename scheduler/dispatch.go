@@ -39,6 +39,7 @@ func (r *runner) loop(ctx context.Context) {
 		case <-fired:
 		case ev := <-r.runEnded:
 			r.onRunEnded(ev)
+			r.moreRunsEnded()
 		case req := <-r.s.triggers:
 			r.onTrigger(r.clock.Now(), req)
 		case <-r.s.departed:
@@ -61,6 +62,20 @@ func (r *runner) onRunEnded(ev runEnded) {
 	}
 	if ev.claim.Kind == slot.ClaimCatchup {
 		r.nextCatchup(now, ev.job)
+	}
+}
+
+// moreRunsEnded takes the events of the runs that have ended meanwhile, up
+// to maxBatch: with thousands of runs a tick, one pass of the loop for them
+// all rather than one each (each pass arms a timer).
+func (r *runner) moreRunsEnded() {
+	for range maxBatch {
+		select {
+		case ev := <-r.runEnded:
+			r.onRunEnded(ev)
+		default:
+			return
+		}
 	}
 }
 

@@ -24,17 +24,31 @@ type pending struct {
 }
 
 // pendingQueue is a min-heap of pending claims by due time (container/heap).
-type pendingQueue []*pending
+// Each entry holds its claim's due time beside the claim, so that the heap
+// compares entries without following a pointer to each: a replica of a
+// large table queues thousands of hedged claims a tick. Push takes a
+// *pending whose due time is set, and Pop returns one; a queued claim's
+// due time does not change.
+type pendingQueue []queued
+
+type queued struct {
+	due time.Time
+	p   *pending
+}
 
 func (q pendingQueue) Len() int           { return len(q) }
 func (q pendingQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
 func (q pendingQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *pendingQueue) Push(x any)        { *q = append(*q, x.(*pending)) }
+func (q *pendingQueue) Push(x any) {
+	p := x.(*pending)
+	*q = append(*q, queued{due: p.due, p: p})
+}
 func (q *pendingQueue) Pop() any {
 	old := *q
-	p := old[len(old)-1]
+	e := old[len(old)-1]
+	old[len(old)-1] = queued{} // the claim is no longer held here
 	*q = old[:len(old)-1]
-	return p
+	return e.p
 }
 
 // nextSlot is a job's next live slot.
