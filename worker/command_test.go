@@ -393,15 +393,6 @@ func TestCheckOutputLoads(t *testing.T) {
 	}
 }
 
-func mustRead(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // TestCheckPrintsTheResolvedConfig: check shows the defaults it filled in,
 // each job's included, and masks the password.
 func TestCheckPrintsTheResolvedConfig(t *testing.T) {
