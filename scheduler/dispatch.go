@@ -566,6 +566,10 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 		heap.Push(&r.queue, p)
 	case d.backoff && ctx.Err() == nil: // shutting down: nothing more is claimed
 		p.tries++
+		// The claim may have won with its reply lost: only the claim script
+		// knows its token and answers won again. A read first would take
+		// its record for another's and settle the slot as lost.
+		p.hedged = false
 		p.due = now.Add(backoff(p.tries))
 		heap.Push(&r.queue, p)
 	case d.retryAfter > 0:

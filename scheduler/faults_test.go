@@ -23,7 +23,8 @@ type dropWin struct {
 	mu      sync.Mutex
 	armed   bool
 	dropped bool
-	lost    slot.Claim // the claim whose reply was lost
+	only    func(slot.Claim) bool // if set, only a win of a claim it accepts is dropped
+	lost    slot.Claim            // the claim whose reply was lost
 	// retry is the claim of lost's slot sent next, and retryOutcome what
 	// Redis answered it.
 	retry        *slot.Claim
@@ -49,7 +50,7 @@ func (d *dropWin) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result
 		return res, err
 	}
 	for i, r := range res {
-		if r.Outcome == slot.OutcomeWon {
+		if r.Outcome == slot.OutcomeWon && (d.only == nil || d.only(claims[i])) {
 			d.dropped, d.lost = true, claims[i]
 			lost := make([]slot.Result, len(res))
 			for i := range lost {
@@ -115,6 +116,58 @@ func testLostClaimReply(t *testing.T, ahead time.Duration) {
 			if runs[at] != 1 || !ok || rec.State != slot.StateDone {
 				t.Errorf("slot %d: %d runs, record %s %q (found %v); want 1 run, done", at, runs[at], rec.State, rec.Error, ok)
 			}
+		}
+	})
+}
+
+// TestLostHedgedClaimReplyIsRecognised: under spread routing a replica
+// claims a hedge late the slots whose preferred replica is silent, after a
+// read of their records. The reply of such a claim that won is lost. Its
+// retry must go to the claim script, which knows its token and answers won
+// again; a read first would find the replica's own record, settle the slot
+// as lost to it, and leave it to a takeover: recorded abandoned, never run.
+func TestLostHedgedClaimReplyIsRecognised(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		key := "starts"
+		ids := []string{"r1", "r2"}
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 2 * time.Second}}
+		reg := func() *jobs.Registry {
+			return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, key, 10*time.Millisecond)})
+		}
+		r1 := h.start("r1", reg(), table, scheduler.WithHedge(hedge))
+		var d *dropWin
+		hedged := func(c slot.Claim) bool { // r2 is not the slot's preferred replica
+			return c.Kind == slot.ClaimLive && scheduler.Rank(ids, "r2", c.Job, c.Slot) == 1
+		}
+		h.startWith("r2", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { d = &dropWin{Store: s, only: hedged}; return d }},
+			reg(), table, scheduler.WithHedge(hedge))
+		first := nextSecond(0).Add(5 * time.Second)
+		sleepUntil(first.Add(-500 * time.Millisecond))
+		r1.net.freeze() // r1 claims nothing: r2 claims every slot a hedge late
+		d.arm()
+		sleepUntil(first.Add(4500 * time.Millisecond))
+		r1.net.thaw()
+		if !d.hasDropped() {
+			t.Fatal("no reply was dropped: the test shows nothing")
+		}
+		d.mu.Lock()
+		lost, retry, outcome := d.lost, d.retry, d.retryOutcome
+		d.mu.Unlock()
+		switch {
+		case retry == nil:
+			t.Errorf("the hedged claim of slot %v whose reply was lost was not sent again as a claim", lost.Slot.UTC())
+		case retry.Token != lost.Token || outcome != slot.OutcomeWon:
+			t.Errorf("retry of slot %v: %s claim, token %q (lost: %q), answered %s; want a live claim with the same token, won",
+				lost.Slot.UTC(), retry.Kind, retry.Token, lost.Token, outcome)
+		}
+		runs := 0
+		for _, s := range h.starts(key) {
+			if s.slot == lost.Slot.Unix() {
+				runs++
+			}
+		}
+		if rec, ok := h.record("j", lost.Slot.Unix()); runs != 1 || rec.State != slot.StateDone {
+			t.Errorf("slot %v: %d runs, record %s %q (found %v); want 1 run, done", lost.Slot.UTC(), runs, rec.State, rec.Error, ok)
 		}
 	})
 }

@@ -16,7 +16,8 @@ type pending struct {
 	// hedged: a live claim sent a hedge after its slot's time, because
 	// another replica was to claim it first: it is sent only if its slot
 	// still has no record (Claimer.Peek), which costs Redis far less than
-	// a claim that loses.
+	// a claim that loses. A hedged claim whose reply was lost is sent
+	// again without the read.
 	hedged bool
 	// reply, for a Trigger, receives the claim's first answer that is not
 	// an error; nil otherwise, and once it has received it.
