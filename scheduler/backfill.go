@@ -226,7 +226,11 @@ func (r *runner) claimOne(ctx context.Context, j *jobState, c slot.Claim, out *B
 			continue
 		case err != nil:
 			st.end(ending{outcome: outcomeError, err: err})
-			out.Err = err
+			// A try may have reached Redis and won with its reply lost: the
+			// slot is then recorded running with no run behind it, and the
+			// live replicas settle it (watchAll) by the job's policy.
+			out.Err = fmt.Errorf("no answer after %d tries: %w (if a try reached Redis and won, the slot is recorded running "+
+				"until a live replica settles it by on_owner_lost, within about %v and a lease TTL)", tries+1, err, runningSweepEvery)
 			return "", 0, nil
 		}
 		out.Outcome, out.Holder, out.State = res.Outcome, res.Holder, res.State

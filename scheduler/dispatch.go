@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -117,10 +118,16 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 	if len(r.olderJobs) > 0 && !now.Before(r.olderCheck) && (len(r.s.olderPeers()) > 0 || !r.rejoin(ctx, r.olderJobs)) {
 		r.olderCheck = now.Add(time.Second)
 	}
-	if !r.reread.IsZero() && !now.Before(r.reread) {
-		r.reread = time.Time{}
-		if !r.watchAll(ctx, now) {
-			r.reread = now.Add(time.Second)
+	switch {
+	case r.reread.IsZero(): // the first pass: startup has just read every running slot
+		r.reread = now.Add(jitter(runningSweepEvery))
+	case !now.Before(r.reread):
+		if r.watchAll(ctx, now) {
+			r.rereadFails = 0
+			r.reread = now.Add(jitter(runningSweepEvery))
+		} else {
+			r.rereadFails++
+			r.reread = now.Add(min(time.Second<<min(r.rereadFails-1, 6), runningSweepEvery))
 		}
 	}
 	var batch []*pending
@@ -341,21 +348,25 @@ func (r *runner) rejoin(ctx context.Context, js []*jobState) bool {
 	return true
 }
 
-// watchAll reads, once a replica has left the registry, which slots every
-// job's state lists running, and watches those this replica should: under
-// spread routing only a slot's preferred replica and its hedgers learn that
-// it runs, so when its owner left with both hedgers, the slot would stay
-// running with nobody to settle it. Of a scheduled slot of a spread job,
-// the replicas that would be its preferred one or its hedgers among the
-// live ones now watch it (this one, unless it runs the slot); of the
-// others, every replica. It reports whether it could read them.
+// watchAll reads which slots every job's state lists running, and watches
+// those this replica should, to settle each by its policy if its owner is
+// gone. It runs once a replica has left the registry: under spread routing
+// only a slot's preferred replica and its hedgers learn that it runs, so
+// when its owner left with both hedgers, the slot would stay running with
+// nobody to settle it. And it runs every runningSweepEvery, for the slots
+// no replica learnt of: a one-shot's (worker backfill, worker run) whose
+// claim's reply was lost, and any other left running. Of a scheduled slot
+// of a spread job, the replicas that would be its preferred one or its
+// hedgers among the live ones watch it (this one, unless it runs the slot
+// or is still recording its outcome); of the others, every replica. It
+// reports whether it could read them.
 func (r *runner) watchAll(ctx context.Context, now time.Time) bool {
 	sctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
 	states, err := r.s.claimer.Running(sctx, r.s.table.Names)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			r.log.Warn("a replica left the registry, and the jobs' running slots cannot be read to watch those it ran; trying again in a second", "error", err)
+			r.log.Warn("cannot read the jobs' running slots, to settle those whose owner is gone; trying again", "error", err)
 		}
 		return false
 	}
@@ -370,16 +381,30 @@ func (r *runner) watchAll(ctx context.Context, now time.Time) bool {
 		}
 		for _, at := range st.Running {
 			t := target{at: at}
-			if j.Routing == RoutingSpread && (rank(ids, r.self, j.Name, at) > Hedgers || r.renew.holds(t.key(j.Name))) {
+			if r.renew.holds(t.key(j.Name)) || r.finishing.has(t.key(j.Name)) ||
+				j.Routing == RoutingSpread && rank(ids, r.self, j.Name, at) > Hedgers {
 				continue
 			}
 			r.watch(now, j, t, -1)
 		}
 		for _, id := range st.RunningManual {
-			r.watch(now, j, target{manual: id}, -1)
+			if t := (target{manual: id}); !r.renew.holds(t.key(j.Name)) && !r.finishing.has(t.key(j.Name)) {
+				r.watch(now, j, t, -1)
+			}
 		}
 	}
 	return true
+}
+
+// runningSweepEvery is how often a replica reads every job's running slots
+// (watchAll), give or take a tenth: a slot left running with no run behind
+// it and no replica watching it is settled within this and a lease TTL.
+const runningSweepEvery = time.Minute
+
+// jitter returns d, give or take a tenth, so that replicas started
+// together do not read at once.
+func jitter(d time.Duration) time.Duration {
+	return d - d/10 + rand.N(d/5+1)
 }
 
 // planOlder watches every running slot of js not watched yet, and notes the

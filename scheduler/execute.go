@@ -27,7 +27,7 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 	r.finisher.going.Add(1)
 	go func() {
 		defer r.jobsWG.Done()
-		state := r.execute(j, c.Manual, c.Ahead, lease, st)
+		state := r.execute(j, c.Manual, c.Ahead, targetOf(c).key(j.Name), lease, st)
 		r.finisher.going.Add(-1)
 		r.ended(runEnded{job: j, claim: c, state: state})
 	}()
@@ -37,7 +37,7 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 // (after the grace) or on lease loss, records the outcome and ends the slot's
 // trace. It returns the final state the run recorded (or tried to), or ""
 // when it left the slot running for a takeover.
-func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slot.Lease, st *slotTrace) slot.State {
+func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, key slotKey, lease slot.Lease, st *slotTrace) slot.State {
 	run := jobs.Run{Job: j.Name, Slot: lease.Slot(), Attempt: lease.Attempt(), Fence: lease.Fence(),
 		Replica: r.self, Token: lease.Token(), RunID: lease.RunID(), Manual: manual}
 	defer st.end(ending{outcome: string(slot.OutcomeWon), holder: r.self, fence: run.Fence, attempt: run.Attempt})
@@ -89,6 +89,11 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slo
 	}
 	took := time.Since(began)
 	settleLoss() // a loss is recorded, and on the run span, before it ends
+	// Until its outcome is recorded the slot is this run's: watchAll leaves
+	// it alone. (Added before the lease leaves the renewer, which watchAll
+	// checks too.)
+	r.finishing.add(key)
+	defer r.finishing.remove(key)
 	r.renew.remove(lease)
 
 	state, text := outcome(err, ctx, lease, j.OnOwnerLost)
@@ -99,7 +104,7 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slo
 		return ""
 	}
 	r.s.tel.ran(j.metrics, string(state), took)
-	ferr := st.finishing(state, func() error { return r.finish(lease, state, text, result()) })
+	ferr := st.finishing(state, func() error { return r.finish(log, j.metrics, lease, state, text, result()) })
 	switch {
 	case ferr == nil:
 		level := slog.LevelInfo
@@ -130,8 +135,12 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slo
 	case errors.Is(ferr, slot.ErrNotHeld):
 		log.Warn("job finished, but the slot is no longer this run's; its record stands", "state", string(state), "error", ferr)
 	default:
-		log.Error("job finished, but its outcome could not be recorded; the record stays running until a takeover settles it",
+		// Only at shutdown, once the grace has passed: the slot is left
+		// running, and a takeover settles it (the peers watch the running
+		// slots of a replica that leaves; this one's next start does too).
+		log.Error("job finished, but its outcome could not be recorded before the shutdown; the record stays running until a takeover settles it",
 			"state", string(state), "error", ferr)
+		return ""
 	}
 	return state
 }
@@ -158,19 +167,39 @@ func watchLoss(ctx context.Context, record func(cause error)) (settle func()) {
 	}
 }
 
-// finish records the outcome through the finisher, retrying network
-// errors a few times.
-func (r *runner) finish(lease slot.Lease, state slot.State, text, result string) error {
-	var err error
-	for tries := range 3 {
-		err = r.finisher.finish(slot.FinishRequest{Lease: lease, State: state, Error: text, Result: result})
-		if err == nil || errors.Is(err, slot.ErrNotHeld) || errors.Is(err, slot.ErrUnreplicated) {
-			break
+// finish records the outcome through the finisher. It tries until Redis
+// answers (the finish script is idempotent: a finish whose reply was lost
+// is recognised when sent again), or the shutdown grace has passed: a run's
+// outcome is not dropped for a Redis that is down for a while, and the slot
+// must not stay running with nothing to settle it. Each failure is counted
+// (slotcron_finish_errors_total), and logged at ERROR after the third and
+// every tenth.
+func (r *runner) finish(log *slog.Logger, m *jobMetrics, lease slot.Lease, state slot.State, text, result string) error {
+	for tries := 0; ; tries++ {
+		err := r.finisher.finish(slot.FinishRequest{Lease: lease, State: state, Error: text, Result: result})
+		if err == nil || errors.Is(err, slot.ErrNotHeld) || errors.Is(err, slot.ErrUnreplicated) || errors.Is(err, slot.ErrDataLoss) {
+			if err == nil && tries >= finishLoud {
+				log.Info("a run's outcome is recorded after all", "state", string(state), "tries", tries+1)
+			}
+			return err
 		}
-		time.Sleep(backoff(tries))
+		r.s.tel.finishFailed(m)
+		if tries+1 >= finishLoud && (tries+1-finishLoud)%10 == 0 {
+			log.Error("cannot record a run's outcome; trying again until Redis answers (the slot stays running meanwhile)",
+				"state", string(state), "tries", tries+1, "error", err)
+		}
+		t := r.clock.NewTimer(backoff(tries))
+		select {
+		case <-t.C():
+		case <-r.killCtx.Done():
+			t.Stop()
+			return err
+		}
 	}
-	return err
 }
+
+// finishLoud is the failed tries of a finish after which it logs at ERROR.
+const finishLoud = 3
 
 // outcome is the state to record for a run that returned err under ctx. It
 // is "" when the lease was lost under on_owner_lost: retry, which leaves the

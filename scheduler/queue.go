@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"sync"
 	"time"
 
 	"github.com/slotcron/slotcron/slot"
@@ -123,4 +124,33 @@ func (t target) key(job string) slotKey {
 		return slotKey{job: job, manual: t.manual}
 	}
 	return slotKey{job: job, slot: t.at.Unix()}
+}
+
+// keySet is a set of slots, safe for concurrent use; its zero value is
+// empty.
+type keySet struct {
+	mu sync.Mutex
+	m  map[slotKey]struct{}
+}
+
+func (s *keySet) add(k slotKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[slotKey]struct{}{}
+	}
+	s.m[k] = struct{}{}
+}
+
+func (s *keySet) remove(k slotKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, k)
+}
+
+func (s *keySet) has(k slotKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[k]
+	return ok
 }

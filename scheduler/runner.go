@@ -35,7 +35,12 @@ type runner struct {
 	batches   aheadMeter        // how long claim batches took, for ahead
 	onTime    map[*jobState]int // jobs whose next slots are claimed at their time, and how many
 	sweeps    []*sweep          // a backstop's looks at slots' records, by due time
-	reread    time.Time         // when every job's state is read again (a replica left); zero: not due
+	reread    time.Time         // when every job's running slots are read again (watchAll); zero: before the first pass
+	// rereadFails counts the reads of the running slots that failed in a row.
+	rereadFails int
+	// finishing holds the slots whose runs have returned here and are
+	// recording their outcome: watchAll leaves them to their run.
+	finishing keySet
 	barred    bool              // claims were refused while replicas of an older protocol were live
 	// olderJobs are the jobs with runs that replicas of an older protocol
 	// are finishing (slot.JobState.OlderRuns): their states are read again

@@ -51,6 +51,7 @@ type telemetry struct {
 	dupes     metric.Int64Counter
 	unrepl    metric.Int64Counter
 	recUnrepl metric.Int64Counter
+	finishErr metric.Int64Counter
 }
 
 // jobMetrics are a job's metric options, each built once, when first used
@@ -196,6 +197,10 @@ func newTelemetry(cfg config, jobs []string) (*telemetry, error) {
 		metric.WithDescription("Finished runs whose final record fewer replicas acknowledged than wait_replicas asks, by job.")); err != nil {
 		return nil, err
 	}
+	if t.finishErr, err = m.Int64Counter("slotcron.finish_errors",
+		metric.WithDescription("Failed tries to record a finished run's outcome, by job: the run tries again until Redis answers, its slot running meanwhile.")); err != nil {
+		return nil, err
+	}
 	if t.offsetG, err = m.Float64Gauge("slotcron.clock_offset", metric.WithUnit("s"),
 		metric.WithDescription("Redis's clock minus this replica's, at the last measurement.")); err != nil {
 		return nil, err
@@ -245,6 +250,9 @@ func (t *telemetry) unreplicated(job string) {
 func (t *telemetry) recordUnreplicated(job string) {
 	t.recUnrepl.Add(context.Background(), 1, t.metricsOf(job).jobAdd...)
 }
+
+// finishFailed counts a try to record a run's outcome that failed.
+func (t *telemetry) finishFailed(m *jobMetrics) { t.finishErr.Add(context.Background(), 1, m.jobAdd...) }
 
 // dataLost counts a data loss this replica found.
 func (t *telemetry) dataLost() { t.dataLoss.Add(context.Background(), 1) }

@@ -124,11 +124,12 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 	}
 	defer done()
 	results, err := s.Backfill(ctx, job, gaps, a.parallel)
-	ran, states := 0, map[slot.State]int{}
+	ran, failed, states := 0, 0, map[slot.State]int{}
 	for _, r := range results {
 		line := fmt.Sprintf("%s  ", r.Slot.UTC().Format(time.RFC3339))
 		switch {
 		case r.Err != nil:
+			failed++
 			line += "claim failed: " + r.Err.Error()
 		case r.Outcome == slot.OutcomeWon:
 			ran++
@@ -150,6 +151,10 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 	fmt.Fprintf(out, "backfill %s: ran %d of %d (%s)\n", job, ran, len(gaps), strings.Join(summary, ", "))
 	if err != nil {
 		fmt.Fprintf(stderr, "worker backfill: stopped: %v\n", err)
+		return 1
+	}
+	if failed > 0 {
+		fmt.Fprintf(stderr, "worker backfill: the claims of %d slots failed (above)\n", failed)
 		return 1
 	}
 	return 0
