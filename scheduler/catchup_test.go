@@ -23,7 +23,11 @@ func TestCatchup(t *testing.T) {
 				// in catch-up's hands; the default 2s would claim the last two live.
 				skew := scheduler.WithSkewLimits(50*time.Millisecond, 100*time.Millisecond)
 				key := "starts"
-				table := []scheduler.Job{{Name: "report", Schedule: "@every 1s", Catchup: p, LeaseTTL: time.Second}}
+				// A misfire grace of 1s: a slot the policy does not run is
+				// recorded missed once its grace has passed on Redis's clock
+				// (a lagging replica may claim it until then), within the
+				// 2s this test waits.
+				table := []scheduler.Job{{Name: "report", Schedule: "@every 1s", Catchup: p, LeaseTTL: time.Second, MisfireGrace: time.Second}}
 				fns := map[string]jobs.Func{"report": recorder(e.rdb, key, 10*time.Millisecond)}
 				var running []*replica
 				for r := range replicas {

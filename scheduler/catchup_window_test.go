@@ -30,7 +30,11 @@ func TestCatchupIsNeverCutOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := scheduler.Job{Name: "j", Schedule: "@every 1s", CatchupWindow: 48 * time.Hour, Retention: 49 * time.Hour, LeaseTTL: time.Second}
+	// A misfire grace of 1s: the latest missed slots are recorded once their
+	// grace has passed on Redis's clock, a second after the start, not a
+	// minute.
+	job := scheduler.Job{Name: "j", Schedule: "@every 1s", CatchupWindow: 48 * time.Hour, Retention: 49 * time.Hour, LeaseTTL: time.Second,
+		MisfireGrace: time.Second}
 	// The job's last slot ran 30 hours ago.
 	down := time.Now().Add(-30 * time.Hour).Truncate(time.Second)
 	res, err := store.Claim(ctx, []slot.Claim{{Kind: slot.ClaimLive, Job: "j", Slot: down, Replica: "before",

@@ -131,3 +131,36 @@ func TestProbeAcrossAPartition(t *testing.T) {
 		}
 	})
 }
+
+// TestSkewedStartLeavesLiveSlotsToTheLiveReplica: a replica runs with its
+// clock 1.9s behind Redis's, and another starts with its clock 1.9s ahead:
+// each within the max_skew of 2s, 3.8s apart. The starting replica takes
+// the slots before its start, less max_skew, for missed (catchup: none),
+// while the lagging one has yet to claim them, well within their misfire
+// grace: they must be recorded missed only once their grace has passed on
+// Redis's clock, so the lagging replica runs them. And the starting
+// replica's live claims reach Redis up to 1.9s before their slot's time,
+// while the previous slot's run holds the job: such a slot must not be
+// recorded skipped, since at its time that run has ended. Every slot runs
+// once, none is missed or skipped.
+func TestSkewedStartLeavesLiveSlotsToTheLiveReplica(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		key := "starts"
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 2 * time.Second, Catchup: scheduler.CatchupNone, MisfireGrace: 10 * time.Second}}
+		reg := func() *jobs.Registry {
+			return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, key, 10*time.Millisecond)})
+		}
+		h.startWith("lagging", replicaOpts{offset: -1900 * time.Millisecond}, reg(), table)
+		time.Sleep(10*time.Second + 300*time.Millisecond)
+		start := time.Now()
+		h.startWith("ahead", replicaOpts{offset: 1900 * time.Millisecond}, reg(), table)
+		time.Sleep(20 * time.Second)
+		from := start.Truncate(time.Second).Add(-5 * time.Second)
+		h.eachSlot("j", key, from.Unix(), from.Unix()+20, func(at int64, r slot.Record, starts int) {
+			if r.State != slot.StateDone || starts != 1 {
+				t.Errorf("slot %s (the second replica started at %s): %s by %s %q, %d starts; want done once",
+					time.Unix(at, 0).UTC().Format(time.TimeOnly), start.UTC().Format("15:04:05.000"), r.State, r.Owner, r.Error, starts)
+			}
+		})
+	})
+}

@@ -78,6 +78,13 @@ func decide(c slot.Claim, res slot.Result, self string) decision {
 			d.atSlot = true
 			break
 		}
+		if c.Kind == slot.ClaimLive {
+			// Sent at its time on this replica's clock, but before it on
+			// Redis's (this clock runs ahead, within max_skew): again soon,
+			// until Redis's clock is past the slot's time and decides.
+			d.retryIn = min(max(res.Wait, 10*time.Millisecond), 250*time.Millisecond)
+			break
+		}
 		d.retryAfter = max(res.Wait, 0)
 		if d.retryAfter == 0 {
 			d.retryAfter = c.LeaseTTL
@@ -93,7 +100,7 @@ func decide(c slot.Claim, res slot.Result, self string) decision {
 		d.unwatch = true
 	case slot.OutcomeEarly:
 		d.retryIn = max(res.Wait, time.Millisecond)
-		if c.Kind != slot.ClaimExpire { // Redis's clock says this replica's runs ahead
+		if c.Kind != slot.ClaimExpire && c.Kind != slot.ClaimMiss { // Redis's clock says this replica's runs ahead
 			d.probe = true // and send says so once per batch, at WARN
 			d.level, d.msg = slog.LevelDebug, "claim refused by Redis: the slot is further ahead of Redis's clock than max_skew"
 		}

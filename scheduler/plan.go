@@ -87,6 +87,12 @@ func claim(kind slot.Kind, j Job, at time.Time, replica string) slot.Claim {
 		c.Deadline = at.Add(j.MisfireGrace)
 		c.Reason = "misfire"
 	case slot.ClaimMiss:
+		// Recorded missed once Redis's clock is past the slot's misfire
+		// grace, and not before: a starting replica's clock may be up to
+		// max_skew ahead of Redis's, and a running one's up to max_skew
+		// behind, so a slot this replica takes for missed may still be
+		// claimed live by another within its grace.
+		c.Deadline = at.Add(j.MisfireGrace)
 		c.Reason = missReason(j.Catchup)
 	}
 	return c

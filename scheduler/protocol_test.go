@@ -80,7 +80,9 @@ func TestOlderProtocolHoldsTheStart(t *testing.T) {
 
 		var buf lines
 		r := h.start("new", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}),
-			[]scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 2 * time.Second}},
+			// A misfire grace of 2s: the wait's slots are recorded missed as
+			// soon as it ends, their grace past on Redis's clock.
+			[]scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 2 * time.Second, MisfireGrace: 2 * time.Second}},
 			scheduler.WithHeartbeatEvery(time.Second),
 			scheduler.WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 		time.Sleep(5 * time.Second)

@@ -22,12 +22,16 @@ type Kind int
 const (
 	// ClaimLive claims a slot at its time: past Deadline it is recorded
 	// missed; while a run of the job holds the job's lease (overlap skip) it
-	// is recorded skipped.
+	// is recorded skipped, or, before the slot's time on the store's clock
+	// (the replica's clock runs ahead), answered OutcomeBusy.
 	ClaimLive Kind = iota
 	// ClaimCatchup claims a slot that all replicas missed: no deadline, and a
 	// run in progress answers OutcomeBusy instead of recording skipped.
 	ClaimCatchup
 	// ClaimMiss records the slot missed, with Reason, unless it has a record.
+	// With a Deadline, not before it on the store's clock: until then it
+	// answers OutcomeEarly and records nothing, as ClaimExpire does, so that
+	// a replica still within the misfire grace can claim the slot live.
 	ClaimMiss
 	// ClaimTakeover settles a running slot whose owner may be gone: it answers
 	// OutcomeAlive while the owner holds its lease; otherwise it takes the
@@ -67,7 +71,7 @@ type Claim struct {
 	LeaseTTL     time.Duration
 	Retention    time.Duration
 	AllowOverlap bool      // false: a run of the job in progress blocks the slot
-	Deadline     time.Time // ClaimLive, ClaimExpire: the latest start, on the store's clock
+	Deadline     time.Time // ClaimLive, ClaimExpire, ClaimMiss: the latest start, on the store's clock
 	// MaxEarly, for ClaimLive: the store refuses the claim, and records
 	// nothing, when the slot is more than this ahead of its clock (the
 	// replica's clock runs ahead). 0: no limit.

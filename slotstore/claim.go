@@ -128,6 +128,9 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 		if c.Kind == slot.ClaimLive && c.Ahead {
 			p.mode = "ahead"
 		}
+		if c.Kind == slot.ClaimMiss && !c.Deadline.IsZero() { // not before its deadline: claim.lua's expire
+			p.mode = "expire"
+		}
 		if p.reason == "" {
 			p.reason = "misfire"
 		}

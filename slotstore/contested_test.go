@@ -39,7 +39,7 @@ var contestedCases = []contestedCase{
 	}},
 	{"recorded missed", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
 		miss := live(job, at, "r1")
-		miss.Kind, miss.Reason = slot.ClaimMiss, "catchup none"
+		miss.Kind, miss.Reason, miss.Deadline = slot.ClaimMiss, "catchup none", time.Time{}
 		claimOne(t, s, miss)
 		return live(job, at, "r2"), 0
 	}},
@@ -137,7 +137,7 @@ var contestedCases = []contestedCase{
 	{"miss, running on another replica", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
 		won := claimOne(t, s, live(job, at, "r1"))
 		c := live(job, at, "r2")
-		c.Kind, c.Reason = slot.ClaimMiss, "catchup none"
+		c.Kind, c.Reason, c.Deadline = slot.ClaimMiss, "catchup none", time.Time{}
 		return c, won.Fence
 	}},
 	{"expire past its deadline, done", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {

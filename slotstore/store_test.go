@@ -512,7 +512,7 @@ func TestSlotClaimMixedBatch(t *testing.T) {
 	par := live("par", at, "r1")
 	par.AllowOverlap, par.LeaseTTL = true, 20*time.Second
 	miss := live("gone", at, "r1")
-	miss.Kind, miss.Reason = slot.ClaimMiss, "everyone was down"
+	miss.Kind, miss.Reason, miss.Deadline = slot.ClaimMiss, "everyone was down", time.Time{} // no deadline: recorded at once
 	late := live("late", at, "r1")
 	late.Deadline = time.Now().Add(-time.Second)
 	res, err := s.Claim(ctx, []slot.Claim{short, long, par, miss, late, long})
@@ -954,6 +954,39 @@ func TestUnreplicatedWritesAreReported(t *testing.T) {
 	}
 }
 
+// TestMissWaitsForItsDeadline: a miss claim with a deadline (a starting
+// replica's catch-up none, for a slot whose misfire grace may not have
+// passed on Redis's clock) records nothing before the deadline, and answers
+// early with the wait; a live claim of the slot meanwhile wins it, and the
+// miss claim then loses to it. Past its deadline, a miss claim records the
+// slot missed.
+func TestMissWaitsForItsDeadline(t *testing.T) {
+	_, _, s := newSlots(t)
+	at := time.Now().Truncate(time.Second).Add(-2 * time.Second)
+	miss := live("m", at, "starting")
+	miss.Kind, miss.Reason, miss.Deadline = slot.ClaimMiss, "catchup none", time.Now().Add(time.Minute)
+	if r := claimOne(t, s, miss); r.Outcome != slot.OutcomeEarly || r.Wait < 50*time.Second || r.Wait > time.Minute+time.Second {
+		t.Fatalf("miss claim before its deadline: %+v; want early, about a minute to wait", r)
+	}
+	if rec, ok, err := s.Record(context.Background(), "m", at); err != nil || ok {
+		t.Fatalf("a miss claim before its deadline recorded %+v (%v)", rec, err)
+	}
+	if r := claimOne(t, s, live("m", at, "lagging")); r.Outcome != slot.OutcomeWon {
+		t.Fatalf("a live claim within the grace, after the early miss claim: %+v; want won", r)
+	}
+	if r := claimOne(t, s, miss); r.Outcome != slot.OutcomeLost || r.Holder != "lagging" {
+		t.Fatalf("miss claim of a running slot before its deadline: %+v; want lost to lagging", r)
+	}
+	old := live("m", at.Add(-time.Second), "starting")
+	old.Kind, old.Reason, old.Deadline = slot.ClaimMiss, "catchup none", time.Now().Add(-time.Second)
+	if r := claimOne(t, s, old); r.Outcome != slot.OutcomeMissed {
+		t.Fatalf("miss claim past its deadline: %+v; want missed", r)
+	}
+	if rec, ok, _ := s.Record(context.Background(), "m", at.Add(-time.Second)); !ok || rec.State != slot.StateMissed || rec.Error != "catchup none" {
+		t.Fatalf("record past the deadline: %+v (found %v); want missed, catchup none", rec, ok)
+	}
+}
+
 // TestPause: while a job is paused, a live or catch-up claim records its
 // slot paused, with who paused it and why, and nothing runs; a claim of
 // mode miss still records missed; a run in progress is not touched. After
@@ -989,7 +1022,7 @@ func TestPause(t *testing.T) {
 		}
 	}
 	miss := live("p", at.Add(3*time.Second), "r2")
-	miss.Kind, miss.Reason = slot.ClaimMiss, "catchup none"
+	miss.Kind, miss.Reason, miss.Deadline = slot.ClaimMiss, "catchup none", time.Time{} // no deadline: recorded at once
 	if r := claimOne(t, s, miss); r.Outcome != slot.OutcomeMissed {
 		t.Fatalf("miss claim of a paused job: %+v", r)
 	}

@@ -72,6 +72,7 @@ shutdown_grace: 2s
 jobs:
   - name: tick
     schedule: "@every 1s"
+    misfire_grace: 1s # a slot the catch-up does not run is recorded missed once its grace has passed
 `, srv.Addr(), prefix, listen))
 
 	var dropRecord atomic.Bool

@@ -302,7 +302,8 @@ func collect(ctx context.Context, reports <-chan report, slots []time.Time, n, r
 		want[s.Unix()] = true
 	}
 	seen := map[int64]*slotView{}
-	counts := map[int64]int{}
+	counts := map[int64]int{}               // the replicas that reported a final outcome, by slot
+	reported := map[int64]map[string]bool{} // which
 	next := 0
 	complete := func(at time.Time) bool {
 		won := seen[at.Unix()] != nil && seen[at.Unix()].winner != ""
@@ -321,10 +322,17 @@ func collect(ctx context.Context, reports <-chan report, slots []time.Time, n, r
 			if r.Event != "slot" || err != nil || !want[t.Unix()] {
 				continue
 			}
+			if pending[r.Outcome] || reported[t.Unix()][r.Replica] {
+				// Not a replica's last word on the slot: its claim goes
+				// again (a replica whose clock runs ahead of Redis's is
+				// answered busy while the previous run holds the job).
+				continue
+			}
 			v := seen[t.Unix()]
 			if v == nil {
 				v = &slotView{}
 				seen[t.Unix()] = v
+				reported[t.Unix()] = map[string]bool{}
 			}
 			switch r.Outcome {
 			case "won":
@@ -334,6 +342,7 @@ func collect(ctx context.Context, reports <-chan report, slots []time.Time, n, r
 			default:
 				v.other = append(v.other, r.Replica+": "+r.Outcome)
 			}
+			reported[t.Unix()][r.Replica] = true
 			counts[t.Unix()]++
 		case <-deadline:
 			for ; next < len(slots); next++ {
@@ -347,6 +356,10 @@ func collect(ctx context.Context, reports <-chan report, slots []time.Time, n, r
 	}
 	return seen, next
 }
+
+// pending are the outcomes of a claim that is sent again: a replica's
+// report of one is not its last on the slot.
+var pending = map[string]bool{"busy": true, "early": true, "error": true}
 
 // columnWidths keeps the slot lines aligned for any number of replicas:
 // up to 5 replicas, the losers are named; past that, counted.

@@ -58,8 +58,9 @@
 --                                                lost the job's lease meanwhile)
 --   {"skipped", holder, holder_slot, pttl}       recorded: the run of holder_slot holds the lease
 --                                                (holder_slot: unix s, or a manual slot's "m:<id>")
---   {"busy", holder, pttl, holder_slot}          modes "wait" and "ahead": a run holds the lease;
---                                                nothing recorded
+--   {"busy", holder, pttl, holder_slot}          modes "wait" and "ahead", and "live" before the
+--                                                slot's time: a run holds the lease; nothing
+--                                                recorded
 --   {"missed", late_ms}                          recorded: past the deadline, or mode "miss"
 --   {"paused", why}                              recorded paused (modes "live" and "wait"): the
 --                                                job's pause stands; why quotes it
@@ -221,7 +222,10 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     if r then
       return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
-    if mode == 'wait' or mode == 'ahead' then
+    if mode == 'wait' or mode == 'ahead' or (mode == 'live' and late < 0) then
+      -- (a live claim before the slot's time on Redis's clock, from a
+      -- replica whose clock runs ahead: at the slot's time that run may
+      -- have ended)
       return {'busy', lholder, luntil - now, lref}
     end
     r = close(rec, st, ring, j, ref, manual, at, retention, 'skipped',
