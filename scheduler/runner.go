@@ -41,7 +41,7 @@ type runner struct {
 	// finishing holds the slots whose runs have returned here and are
 	// recording their outcome: watchAll leaves them to their run.
 	finishing keySet
-	barred    bool              // claims were refused while replicas of an older protocol were live
+	barred    bool // claims were refused while replicas of an older protocol were live
 	// olderJobs are the jobs with runs that replicas of an older protocol
 	// are finishing (slot.JobState.OlderRuns): their states are read again
 	// at olderCheck, and before each claim that would start one of them

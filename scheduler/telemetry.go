@@ -252,7 +252,9 @@ func (t *telemetry) recordUnreplicated(job string) {
 }
 
 // finishFailed counts a try to record a run's outcome that failed.
-func (t *telemetry) finishFailed(m *jobMetrics) { t.finishErr.Add(context.Background(), 1, m.jobAdd...) }
+func (t *telemetry) finishFailed(m *jobMetrics) {
+	t.finishErr.Add(context.Background(), 1, m.jobAdd...)
+}
 
 // dataLost counts a data loss this replica found.
 func (t *telemetry) dataLost() { t.dataLoss.Add(context.Background(), 1) }
