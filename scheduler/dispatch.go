@@ -446,6 +446,14 @@ func (r *runner) planOlder(now time.Time, js []*jobState, states map[string]slot
 func (r *runner) send(ctx context.Context, batch []*pending) {
 	var own, peek []*pending
 	for _, p := range batch {
+		if p.claim.Kind == slot.ClaimTakeover && r.finishing.has(targetOf(p.claim).key(p.job.Name)) {
+			// Its run has ended here and is recording its outcome, past its
+			// lease maybe (Redis was away): the finish settles the slot,
+			// not a takeover of this replica's. Looked at again later.
+			p.due = r.clock.Now().Add(afterLease(-1, p.job.LeaseTTL) + time.Second)
+			heap.Push(&r.queue, p)
+			continue
+		}
 		if p.hedged || p.claim.Kind == slot.ClaimTakeover {
 			peek = append(peek, p)
 		} else {

@@ -111,6 +111,7 @@ func (r *runner) run(ctx context.Context) error {
 		r.loop(ctx)
 		r.s.looping.Store(false)
 		close(r.s.loopDone)
+		r.flushMisses(context.WithoutCancel(ctx))
 		// No new claims from here: peers may stop preferring this replica.
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.cfg.claimTimeout)
 		if err := r.s.claimer.Leave(lctx, r.s.me()); err != nil {
@@ -221,4 +222,58 @@ func backoff(tries int) time.Duration {
 func afterLease(wait, ttl time.Duration) time.Duration {
 	margin := max(ttl/10, 20*time.Millisecond)
 	return max(wait, 0) + margin/2 + rand.N(margin/2+1)
+}
+
+// flushMisses records, as the replica stops, the slots that its catch-up
+// policy left missed and that have no record yet: those still in the
+// backlog, and those waiting for their misfire grace to pass on Redis's
+// clock (plan.go's claim). Nobody else would record them: the job's state
+// already holds later slots, from which the next start plans. They go
+// without their deadline: a replica whose clock lags may yet claim one of
+// the latest within its misfire grace, but a slot recorded missed a little
+// early is better than one left with no record. It takes at most the claim
+// timeout; what it cannot record is logged at ERROR.
+func (r *runner) flushMisses(ctx context.Context) {
+	var claims []slot.Claim
+	for _, q := range r.queue {
+		if q.p.claim.Kind == slot.ClaimMiss {
+			c := q.p.claim
+			c.Deadline = time.Time{}
+			claims = append(claims, c)
+		}
+	}
+	for j, rest := range r.backlog {
+		for _, at := range rest {
+			c := r.claim(slot.ClaimMiss, j, at)
+			c.Deadline = time.Time{}
+			claims = append(claims, c)
+		}
+	}
+	if len(claims) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+	defer cancel()
+	recorded, failed := 0, 0
+	var lastErr error
+	for i := 0; i < len(claims); i += maxBatch {
+		chunk := claims[i:min(i+maxBatch, len(claims))]
+		res, err := r.s.claimer.Claim(ctx, chunk)
+		for k := range chunk {
+			switch {
+			case err != nil:
+				failed, lastErr = failed+1, err
+			case res[k].Err != nil:
+				failed, lastErr = failed+1, res[k].Err
+			default:
+				recorded++ // missed, or it had a record meanwhile
+			}
+		}
+	}
+	if failed > 0 {
+		r.log.Error("stopping with slots that the catch-up policy left missed and that are not recorded: they keep no record",
+			"slots", failed, "recorded", recorded, "error", lastErr)
+		return
+	}
+	r.log.Info("stopping: recorded the slots that the catch-up policy left missed, without waiting for their misfire grace", "slots", recorded)
 }

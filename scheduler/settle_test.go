@@ -111,6 +111,44 @@ func TestSweepLeavesAFinishingRunAlone(t *testing.T) {
 	})
 }
 
+// TestOwnTakeoverLeavesAFinishingRunAlone: a run outlasts its interval, so
+// the next slot is recorded skipped and this replica watches the run's own
+// slot (its holder), a takeover queued for when its lease would run out.
+// Then the run ends and its finish keeps failing for a minute, past the
+// lease. The queued takeover must leave the slot to the finish, not record
+// it abandoned: once the finish gets through, the record says done.
+func TestOwnTakeoverLeavesAFinishingRunAlone(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 2s", LeaseTTL: 2 * time.Second}}
+		at := nextSecond(0).Add(10 * time.Second)
+		if at.Unix()%2 != 0 {
+			at = at.Add(time.Second)
+		}
+		var f *failFinish
+		fn := func(ctx context.Context, run jobs.Run) error {
+			if run.Slot.Equal(at) {
+				time.Sleep(3 * time.Second) // the next slot is skipped behind it
+				f.set(true)
+			}
+			return nil
+		}
+		h.startWith("solo", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { f = &failFinish{Store: s}; return f }},
+			registry(t, map[string]jobs.Func{"j": fn}), table)
+		sleepUntil(at.Add(time.Minute))
+		if rec, _ := h.record("j", at.Unix()+2); rec.State != slot.StateSkipped {
+			t.Fatalf("the slot after the long run: %s %q; want skipped (its holder is then watched)", rec.State, rec.Error)
+		}
+		if rec, _ := h.record("j", at.Unix()); rec.State != slot.StateRunning {
+			t.Fatalf("slot %v after a minute of failing finishes: %s %q; want running", at.UTC(), rec.State, rec.Error)
+		}
+		f.set(false)
+		sleepUntil(at.Add(time.Minute + 15*time.Second))
+		if rec, ok := h.record("j", at.Unix()); !ok || rec.State != slot.StateDone {
+			t.Errorf("slot %v: %s by %s %q (found %v); want done", at.UTC(), rec.State, rec.Owner, rec.Error, ok)
+		}
+	})
+}
+
 // loseReplies executes every claim and loses every reply.
 type loseReplies struct{ *slotstore.Store }
 
@@ -156,5 +194,37 @@ func TestOneShotsOrphanIsSettled(t *testing.T) {
 			t.Errorf("slot %v a sweep and a lease TTL after the backfill gave up: %s by %s %q (found %v); want abandoned",
 				past.UTC(), rec.State, rec.Owner, rec.Error, ok)
 		}
+	})
+}
+
+// TestStopRecordsTheDeferredMisses: every replica was down for 20 slots;
+// one starts (catchup: none) and stops again 5 s later, before the misfire
+// grace of those slots has passed, while their miss claims wait for it.
+// They must be recorded as it stops: the job's state now holds later slots,
+// so the next start would not plan them, and they would keep no record.
+func TestStopRecordsTheDeferredMisses(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 2 * time.Second, Catchup: scheduler.CatchupNone}}
+		reg := func() *jobs.Registry { return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0)}) }
+		first := h.start("r1", reg(), table)
+		time.Sleep(3 * time.Second)
+		first.stop()
+		states, err := h.store.JobStates(context.Background(), []string{"j"})
+		if err != nil || states["j"].Last.IsZero() {
+			t.Fatalf("no slot ran before the stop: %v %v", states, err)
+		}
+		last := states["j"].Last.Unix()
+		sleepUntil(time.Unix(last+20, 0).Add(500 * time.Millisecond))
+		again := h.start("r2", reg(), table)
+		time.Sleep(5 * time.Second)
+		if rec, ok := h.record("j", last+5); ok {
+			t.Fatalf("slot %d recorded %s before its misfire grace passed", last+5, rec.State)
+		}
+		again.stop()
+		h.eachSlot("j", "starts", last+1, last+19, func(at int64, r slot.Record, starts int) {
+			if r.State != slot.StateMissed || starts != 0 {
+				t.Errorf("slot %d, in the outage: %s %q, %d starts; want missed", at, r.State, r.Error, starts)
+			}
+		})
 	})
 }
