@@ -18,6 +18,7 @@ type renewer struct {
 
 	mu     sync.Mutex
 	leases map[slot.Lease]*held
+	slots  map[slotKey]int // how many of leases are of each slot (holds, in O(1))
 }
 
 // held is a lease being renewed, with its slot and the trace its events go
@@ -42,27 +43,36 @@ func newRenewer(s *Scheduler) *renewer {
 
 func (rn *renewer) add(l slot.Lease, k slotKey, st *slotTrace) {
 	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if h, ok := rn.leases[l]; ok {
+		rn.slots[h.slot]--
+	}
 	rn.leases[l] = &held{slot: k, trace: st}
-	rn.mu.Unlock()
+	if rn.slots == nil {
+		rn.slots = map[slotKey]int{}
+	}
+	rn.slots[k]++
 }
 
 // holds reports whether this replica holds a lease for the slot k: runs it.
-// (Only a departure's re-read asks, once per running slot.)
+// (watchAll asks, once per running slot of every job, every minute.)
 func (rn *renewer) holds(k slotKey) bool {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
-	for _, h := range rn.leases {
-		if h.slot == k {
-			return true
-		}
-	}
-	return false
+	return rn.slots[k] > 0
 }
 
 func (rn *renewer) remove(l slot.Lease) {
 	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	h, ok := rn.leases[l]
+	if !ok {
+		return
+	}
 	delete(rn.leases, l)
-	rn.mu.Unlock()
+	if rn.slots[h.slot]--; rn.slots[h.slot] <= 0 {
+		delete(rn.slots, h.slot)
+	}
 }
 
 // loop renews until ctx ends. After a failed round it tries again sooner, so
