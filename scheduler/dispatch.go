@@ -357,8 +357,8 @@ func (r *runner) rejoin(ctx context.Context, js []*jobState) bool {
 // no replica learnt of: a one-shot's (worker backfill, worker run) whose
 // claim's reply was lost, and any other left running. Of a scheduled slot
 // of a spread job, the replicas that would be its preferred one or its
-// hedgers among the live ones watch it (this one, unless it runs the slot
-// or is still recording its outcome); of the others, every replica. It
+// hedgers among the live ones watch it (this one, unless it runs the slot,
+// its outcome included: r.runs); of the others, every replica. It
 // reports whether it could read them.
 func (r *runner) watchAll(ctx context.Context, now time.Time) bool {
 	sctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
@@ -381,14 +381,13 @@ func (r *runner) watchAll(ctx context.Context, now time.Time) bool {
 		}
 		for _, at := range st.Running {
 			t := target{at: at}
-			if r.renew.holds(t.key(j.Name)) || r.finishing.has(t.key(j.Name)) ||
-				j.Routing == RoutingSpread && rank(ids, r.self, j.Name, at) > Hedgers {
+			if r.runs.has(t.key(j.Name)) || j.Routing == RoutingSpread && rank(ids, r.self, j.Name, at) > Hedgers {
 				continue
 			}
 			r.watch(now, j, t, -1)
 		}
 		for _, id := range st.RunningManual {
-			if t := (target{manual: id}); !r.renew.holds(t.key(j.Name)) && !r.finishing.has(t.key(j.Name)) {
+			if t := (target{manual: id}); !r.runs.has(t.key(j.Name)) {
 				r.watch(now, j, t, -1)
 			}
 		}
@@ -446,10 +445,10 @@ func (r *runner) planOlder(now time.Time, js []*jobState, states map[string]slot
 func (r *runner) send(ctx context.Context, batch []*pending) {
 	var own, peek []*pending
 	for _, p := range batch {
-		if p.claim.Kind == slot.ClaimTakeover && r.finishing.has(targetOf(p.claim).key(p.job.Name)) {
-			// Its run has ended here and is recording its outcome, past its
-			// lease maybe (Redis was away): the finish settles the slot,
-			// not a takeover of this replica's. Looked at again later.
+		if p.claim.Kind == slot.ClaimTakeover && r.runs.has(targetOf(p.claim).key(p.job.Name)) {
+			// Its run is here: going, or recording its outcome past its
+			// lease maybe (Redis was away). The run settles the slot, not
+			// a takeover of this replica's. Looked at again later.
 			p.due = r.clock.Now().Add(afterLease(-1, p.job.LeaseTTL) + time.Second)
 			heap.Push(&r.queue, p)
 			continue

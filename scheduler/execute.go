@@ -22,13 +22,18 @@ const finishTimeout = 5 * time.Second
 // from now on.
 func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrace) {
 	st.startRun()
-	r.renew.add(lease, targetOf(c).key(j.Name), st)
+	// From here until its outcome is recorded the slot is this run's: the
+	// reads of the running slots and this replica's takeovers leave it alone.
+	key := targetOf(c).key(j.Name)
+	r.runs.add(key)
+	r.renew.add(lease, st)
 	r.jobsWG.Add(1)
 	r.finisher.going.Add(1)
 	go func() {
 		defer r.jobsWG.Done()
-		state := r.execute(j, c.Manual, c.Ahead, targetOf(c).key(j.Name), lease, st)
+		state := r.execute(j, c.Manual, c.Ahead, lease, st)
 		r.finisher.going.Add(-1)
+		r.runs.remove(key)
 		r.ended(runEnded{job: j, claim: c, state: state})
 	}()
 }
@@ -37,7 +42,7 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 // (after the grace) or on lease loss, records the outcome and ends the slot's
 // trace. It returns the final state the run recorded (or tried to), or ""
 // when it left the slot running for a takeover.
-func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, key slotKey, lease slot.Lease, st *slotTrace) slot.State {
+func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slot.Lease, st *slotTrace) slot.State {
 	run := jobs.Run{Job: j.Name, Slot: lease.Slot(), Attempt: lease.Attempt(), Fence: lease.Fence(),
 		Replica: r.self, Token: lease.Token(), RunID: lease.RunID(), Manual: manual}
 	defer st.end(ending{outcome: string(slot.OutcomeWon), holder: r.self, fence: run.Fence, attempt: run.Attempt})
@@ -89,11 +94,6 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, key slotK
 	}
 	took := time.Since(began)
 	settleLoss() // a loss is recorded, and on the run span, before it ends
-	// Until its outcome is recorded the slot is this run's: watchAll leaves
-	// it alone. (Added before the lease leaves the renewer, which watchAll
-	// checks too.)
-	r.finishing.add(key)
-	defer r.finishing.remove(key)
 	r.renew.remove(lease)
 
 	state, text := outcome(err, ctx, lease, j.OnOwnerLost)

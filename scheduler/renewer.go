@@ -18,13 +18,10 @@ type renewer struct {
 
 	mu     sync.Mutex
 	leases map[slot.Lease]*held
-	slots  map[slotKey]int // how many of leases are of each slot (holds, in O(1))
 }
 
-// held is a lease being renewed, with its slot and the trace its events go
-// to.
+// held is a lease being renewed, with the trace its events go to.
 type held struct {
-	slot     slotKey
 	trace    *slotTrace
 	renewals int
 }
@@ -41,38 +38,16 @@ func newRenewer(s *Scheduler) *renewer {
 	return &renewer{s: s, period: period, leases: map[slot.Lease]*held{}}
 }
 
-func (rn *renewer) add(l slot.Lease, k slotKey, st *slotTrace) {
+func (rn *renewer) add(l slot.Lease, st *slotTrace) {
 	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	if h, ok := rn.leases[l]; ok {
-		rn.slots[h.slot]--
-	}
-	rn.leases[l] = &held{slot: k, trace: st}
-	if rn.slots == nil {
-		rn.slots = map[slotKey]int{}
-	}
-	rn.slots[k]++
-}
-
-// holds reports whether this replica holds a lease for the slot k: runs it.
-// (watchAll asks, once per running slot of every job, every minute.)
-func (rn *renewer) holds(k slotKey) bool {
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	return rn.slots[k] > 0
+	rn.leases[l] = &held{trace: st}
+	rn.mu.Unlock()
 }
 
 func (rn *renewer) remove(l slot.Lease) {
 	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	h, ok := rn.leases[l]
-	if !ok {
-		return
-	}
 	delete(rn.leases, l)
-	if rn.slots[h.slot]--; rn.slots[h.slot] <= 0 {
-		delete(rn.slots, h.slot)
-	}
+	rn.mu.Unlock()
 }
 
 // loop renews until ctx ends. After a failed round it tries again sooner, so

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -140,44 +139,26 @@ func TestBackstopLooks(t *testing.T) {
 	}
 }
 
-// fakeLease is a lease of job whose Slot is at, and nothing more.
-type fakeLease struct {
-	job string
-	at  time.Time
-}
-
-func (l *fakeLease) Job() string              { return l.job }
-func (l *fakeLease) Slot() time.Time          { return l.at }
-func (l *fakeLease) Replica() string          { return "r1" }
-func (l *fakeLease) Token() string            { return "t" }
-func (l *fakeLease) RunID() string            { return "run" }
-func (l *fakeLease) Fence() int64             { return 1 }
-func (l *fakeLease) Attempt() int             { return 1 }
-func (l *fakeLease) TTL() time.Duration       { return time.Minute }
-func (l *fakeLease) Context() context.Context { return context.Background() }
-func (l *fakeLease) Deadline() time.Time      { return l.at.Add(time.Minute) }
-
-// TestRenewerHoldsBySlot: a replica knows it runs a scheduled slot by the
+// TestRunsAreKnownBySlot: a replica knows it runs a scheduled slot by the
 // slot, not by its lease's time: a manual run triggered in the same second
 // (whose lease's Slot is its trigger time, cut to the second) does not
 // count as the scheduled slot's run.
-func TestRenewerHoldsBySlot(t *testing.T) {
-	rn := &renewer{leases: map[slot.Lease]*held{}}
+func TestRunsAreKnownBySlot(t *testing.T) {
+	var runs keySet
 	at := time.Unix(1_800_000_000, 0)
-	scheduled := target{at: at}.key("j")
-	manual := &fakeLease{job: "j", at: at}
-	rn.add(manual, target{manual: "m1"}.key("j"), nil)
-	if rn.holds(scheduled) {
+	scheduled := targetOf(slot.Claim{Job: "j", Slot: at}).key("j")
+	manual := targetOf(slot.Claim{Job: "j", Slot: at, Manual: &slot.Manual{ID: "m1"}}).key("j")
+	runs.add(manual)
+	if runs.has(scheduled) {
 		t.Fatal("a manual run of the same second counts as the scheduled slot's")
 	}
-	run := &fakeLease{job: "j", at: at}
-	rn.add(run, scheduled, nil)
-	if !rn.holds(scheduled) || !rn.holds(target{manual: "m1"}.key("j")) {
+	runs.add(scheduled)
+	if !runs.has(scheduled) || !runs.has(manual) {
 		t.Fatal("the runs held are not known")
 	}
-	rn.remove(run)
-	rn.remove(run) // a second remove changes nothing
-	if rn.holds(scheduled) || !rn.holds(target{manual: "m1"}.key("j")) {
+	runs.remove(scheduled)
+	runs.remove(scheduled) // a second remove changes nothing
+	if runs.has(scheduled) || !runs.has(manual) {
 		t.Fatal("after the scheduled run ended: want only the manual one held")
 	}
 }

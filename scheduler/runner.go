@@ -38,10 +38,11 @@ type runner struct {
 	reread    time.Time         // when every job's running slots are read again (watchAll); zero: before the first pass
 	// rereadFails counts the reads of the running slots that failed in a row.
 	rereadFails int
-	// finishing holds the slots whose runs have returned here and are
-	// recording their outcome: watchAll leaves them to their run.
-	finishing keySet
-	barred    bool // claims were refused while replicas of an older protocol were live
+	// runs holds the slots whose runs are here, from their start until
+	// their outcome is recorded (or left to a takeover): watchAll and this
+	// replica's takeovers leave them to their run.
+	runs   keySet
+	barred bool // claims were refused while replicas of an older protocol were live
 	// olderJobs are the jobs with runs that replicas of an older protocol
 	// are finishing (slot.JobState.OlderRuns): their states are read again
 	// at olderCheck, and before each claim that would start one of them
