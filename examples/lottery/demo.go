@@ -302,12 +302,11 @@ func collect(ctx context.Context, reports <-chan report, slots []time.Time, n, r
 		want[s.Unix()] = true
 	}
 	seen := map[int64]*slotView{}
-	counts := map[int64]int{}               // the replicas that reported a final outcome, by slot
-	reported := map[int64]map[string]bool{} // which
+	reported := map[int64]map[string]bool{} // the replicas that reported a final outcome, by slot
 	next := 0
 	complete := func(at time.Time) bool {
 		won := seen[at.Unix()] != nil && seen[at.Unix()].winner != ""
-		return slotComplete(time.Since(at), won, counts[at.Unix()], n, replicas, func() bool { return running(at) })
+		return slotComplete(time.Since(at), won, len(reported[at.Unix()]), n, replicas, func() bool { return running(at) })
 	}
 	deadline := time.After(time.Until(slots[len(slots)-1]) + 30*time.Second)
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -343,7 +342,6 @@ func collect(ctx context.Context, reports <-chan report, slots []time.Time, n, r
 				v.other = append(v.other, r.Replica+": "+r.Outcome)
 			}
 			reported[t.Unix()][r.Replica] = true
-			counts[t.Unix()]++
 		case <-deadline:
 			for ; next < len(slots); next++ {
 				printSlot(slots[next], seen[slots[next].Unix()], l, col, layout)
