@@ -297,7 +297,8 @@ type refusal struct {
 // slots are left to the replicas that do claim; so that a slot still ends
 // with a record when every replica refuses, each is sent again as an expire
 // claim, which Redis answers once the slot's misfire grace has passed on its
-// own clock (recorded missed, unless a replica ran it). The rest waits, and
+// own clock (recorded missed, unless a replica ran it; and run, if it is
+// the live claim's own, which won with its reply lost). The rest waits, and
 // so do expire claims.
 func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
 	var expires []*pending
@@ -312,7 +313,16 @@ func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
 			c := r.claim(slot.ClaimExpire, p.job, p.claim.Slot)
 			c.Deadline = p.claim.Deadline
 			c.Reason = why.reason
-			r.push(c.Deadline, p.job, c)
+			// The claim may have won with its reply lost (it was sent, and
+			// failed): the expire claim carries its token, so that the
+			// script recognises it and answers won (then it runs), and goes
+			// now, not at the deadline, so that such a run starts on time.
+			c.Token, c.RunID = p.claim.Token, p.claim.RunID
+			due := c.Deadline
+			if p.tries > 0 {
+				due = now
+			}
+			r.push(due, p.job, c)
 			continue
 		}
 		if p.claim.Kind == slot.ClaimExpire { // Redis decides; its clock is the one that counts
@@ -479,7 +489,9 @@ func (r *runner) claimBatch(ctx context.Context, batch []*pending) (answered boo
 	sent := r.clock.Now()
 	for i, p := range batch {
 		r.identify(&p.claim) // a claim sent for the first time gets its token and run ID
-		p.claim.Ahead = p.claim.Kind == slot.ClaimLive && p.claim.Slot.After(sent)
+		// (An expire claim that wins is a live claim's, sent again while
+		// this replica refuses: refuse.)
+		p.claim.Ahead = (p.claim.Kind == slot.ClaimLive || p.claim.Kind == slot.ClaimExpire) && p.claim.Slot.After(sent)
 		claims[i] = p.claim
 	}
 	traces := r.s.tel.beginSlots(ctx, len(batch), func(i int) (string, slot.Claim) {

@@ -428,3 +428,70 @@ func TestOlderProtocolDepartureConvertsNothing(t *testing.T) {
 		leave()
 	})
 }
+
+// loseWhile executes every claim, and loses every reply while lose is set.
+type loseWhile struct {
+	*slotstore.Store
+	lose *atomic.Bool
+}
+
+func (d loseWhile) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	res, err := d.Store.Claim(ctx, claims)
+	if err != nil || !d.lose.Load() {
+		return res, err
+	}
+	out := make([]slot.Result, len(res))
+	for i := range out {
+		out[i] = slot.Result{Err: errors.New("loseWhile: i/o timeout (the reply was lost)"), Wait: -1}
+	}
+	return out, nil
+}
+
+// TestLostReplyWhileRefusing: a claim wins a slot, but its reply is lost,
+// and so are those of its retries until the replica starts refusing to
+// claim (a replica of an older protocol came back). While it refuses, it
+// sends its live claims as expire claims, which record the slot missed if
+// nobody ran it. The claim that won must still be recognised as the claim
+// (its token) and its slot run once, not taken for a record of this
+// replica's with no run behind it, and abandoned.
+func TestLostReplyWhileRefusing(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		var lose atomic.Bool
+		h.startWith("new", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { return loseWhile{s, &lose} }},
+			registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}),
+			[]scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 2 * time.Second, MisfireGrace: 5 * time.Second}},
+			scheduler.WithHeartbeatEvery(time.Second))
+		sleepUntil(nextSecond(0).Add(2500 * time.Millisecond))
+		won := nextSecond(0) // claimed a few ms before its time, and won
+		sleepUntil(won.Add(-100 * time.Millisecond))
+		lose.Store(true)
+		sleepUntil(won.Add(100 * time.Millisecond))
+		if rec, _ := h.record("j", won.Unix()); rec.State != slot.StateRunning || rec.Owner != "new" {
+			t.Fatalf("slot %v: %s by %q; want running by new (its claim won, the reply lost): the test shows nothing", won.UTC(), rec.State, rec.Owner)
+		}
+		leave := h.olderReplica("old-1")
+		time.Sleep(2500 * time.Millisecond) // its heartbeat finds old-1: it refuses
+		lose.Store(false)
+		time.Sleep(3 * time.Second)
+		leave()
+		left := time.Now()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		h.eachSlot("j", "effects", won.Unix()-2, left.Unix()+8, func(at int64, r slot.Record, starts int) {
+			switch {
+			case at == won.Unix():
+				if starts != 1 || r.State != slot.StateDone {
+					t.Errorf("slot %d, won with its reply lost: %s %q, %d starts; want done once", at, r.State, r.Error, starts)
+				}
+			case r.State == slot.StateMissed:
+				if starts != 0 || !strings.Contains(r.Error, "replicas of an older slot protocol were live (old-1)") {
+					t.Errorf("slot %d: %+v, %d starts; want missed while old-1 was live", at, r, starts)
+				}
+			default:
+				if starts != 1 || r.State != slot.StateDone {
+					t.Errorf("slot %d: %s %q, %d starts; want done once, or missed while old-1 was live", at, r.State, r.Error, starts)
+				}
+			}
+		})
+	})
+}
