@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/jobs"
@@ -152,5 +155,103 @@ jobs:
 	}
 	if total != 7 {
 		t.Fatalf("the backfills ran %d slots between them, want 7:\n%s\n%s", total, outs[0], outs[1])
+	}
+}
+
+// loseSlotReplies is a go-redis hook that executes every script call on a
+// slot record and loses its reply, as a network that drops replies does.
+type loseSlotReplies struct{}
+
+var errReplyLost = errors.New("loseSlotReplies: i/o timeout (the reply was lost)")
+
+func onSlot(cmd redis.Cmder) bool {
+	if n := cmd.Name(); n != "evalsha" && n != "eval" {
+		return false
+	}
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && strings.Contains(s, ":slot:") {
+			return true
+		}
+	}
+	return false
+}
+
+func (loseSlotReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (loseSlotReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := next(ctx, cmd); err != nil || !onSlot(cmd) {
+			return err
+		}
+		cmd.SetErr(errReplyLost)
+		return errReplyLost
+	}
+}
+
+func (loseSlotReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if cmd.Err() == nil && onSlot(cmd) {
+				cmd.SetErr(errReplyLost)
+				err = errReplyLost
+			}
+		}
+		return err
+	}
+}
+
+// TestBackfillExitsOneWhenAClaimFails: every reply of a backfill's claims is
+// lost (they reach Redis and win). The command must say, for each slot,
+// that its claim failed and that a try may have won, and exit 1: a script
+// that runs it must not take the backfill for done. Nothing ran; the slots
+// are recorded running by the backfill, for a live replica to settle. (The
+// job allows overlap: else the first slot's lease, which nobody renews,
+// would hold the job, and the second's claims would find it busy.)
+func TestBackfillExitsOneWhenAClaimFails(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	rdb := srv.Client()
+	path := writeConfig(t, fmt.Sprintf(`redis:
+  addrs: [%q]
+  key_prefix: bfl
+http:
+  listen: ""
+shutdown_grace: 1s
+jobs:
+  - name: tick
+    schedule: "@every 1m"
+    catchup: none
+    overlap: allow
+`, srv.Addr()))
+	ran := func(reg *jobs.Registry, env Env) error {
+		return reg.Register("tick", func(ctx context.Context, run jobs.Run) error {
+			return env.Redis.RPush(ctx, "bfl:ran", run.Slot.Unix()).Err()
+		})
+	}
+	startWorkers(t, path, ran, "w0")
+	from := time.Now().Add(-time.Hour).Truncate(time.Minute)
+	to := from.Add(time.Minute)
+	var out, errb bytes.Buffer
+	code := Command(context.Background(), []string{"backfill", "tick", "-config", path,
+		"-from", from.UTC().Format(time.RFC3339), "-to", to.UTC().Format(time.RFC3339)},
+		func(reg *jobs.Registry, env Env) error {
+			env.Redis.AddHook(loseSlotReplies{})
+			return ran(reg, env)
+		}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "the claims of 2 slots failed") {
+		t.Fatalf("backfill with every claim's reply lost: exit %d, stderr:\n%s\nwant 1, saying the claims of 2 slots failed", code, errb.String())
+	}
+	store, _ := slotstore.New(rdb, "bfl")
+	for _, at := range []time.Time{from, to} {
+		line := at.UTC().Format(time.RFC3339) + "  claim failed: "
+		if !strings.Contains(out.String(), line) || !strings.Contains(out.String(), "if a try reached Redis and won, the slot is recorded running") {
+			t.Errorf("backfill's output lacks %q and what a try that won means:\n%s", line, out.String())
+		}
+		if rec, ok, err := store.Record(context.Background(), "tick", at); err != nil || !ok || rec.State != slot.StateRunning || !strings.HasPrefix(rec.Owner, "backfill-") {
+			t.Errorf("slot %v: %+v (found %v, %v); want running by the backfill (its claim won, the reply was lost)", at.UTC(), rec, ok, err)
+		}
+	}
+	if n := rdb.LLen(context.Background(), "bfl:ran").Val(); n != 0 {
+		t.Errorf("%d runs; want none (no claim was answered won)", n)
 	}
 }
