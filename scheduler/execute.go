@@ -79,9 +79,16 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slo
 	if ahead {
 		err = r.waitForSlot(ctx, run.Slot)
 	}
+	if err == nil && ctx.Err() != nil {
+		// The lease ran out before the run could start (the claim's reply
+		// came later than a lease TTL after it was sent), or the grace
+		// after a shutdown has: the job is not called on it. A lost lease
+		// leaves the slot to its policy, as a loss mid-run does.
+		err = context.Cause(ctx)
+	}
 	began := time.Now()
 	if err != nil {
-		err = fmt.Errorf("the job did not start: its context ended before the slot's time: %w", err)
+		err = fmt.Errorf("the job did not start: its context ended before it could: %w", err)
 		log.Warn("won slot not started", "error", err)
 	} else {
 		delay := r.clock.Now().Sub(run.Slot)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -302,5 +304,72 @@ func TestDataLossIsOneEvent(t *testing.T) {
 			}
 		}
 		t.Logf("%d reports of the loss, one ID", len(reported))
+	})
+}
+
+// slowWin is a Claimer whose first won claim's reply takes d to arrive.
+type slowWin struct {
+	*slotstore.Store
+	d    time.Duration
+	once atomic.Bool
+	slow atomic.Int64 // the slot of that claim, unix seconds
+}
+
+func (s *slowWin) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	res, err := s.Store.Claim(ctx, claims)
+	for i, r := range res {
+		if r.Outcome == slot.OutcomeWon && s.once.CompareAndSwap(false, true) {
+			s.slow.Store(claims[i].Slot.Unix())
+			time.Sleep(s.d)
+		}
+	}
+	return res, err
+}
+
+// TestNoStartOnALostLease: a claim's reply comes 3 s after it was sent (within
+// the claim timeout), later than the job's 2 s lease TTL: the lease is lost
+// before the run could start. The job must not be called on it (it would
+// run unprotected: a peer may run the slot's next attempt meanwhile); the
+// slot is left to a takeover, which under retry runs attempt 2, once.
+func TestNoStartOnALostLease(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		type entry struct {
+			slot    int64
+			attempt int
+			cause   error
+		}
+		var mu sync.Mutex
+		var runs []entry
+		fn := func(ctx context.Context, run jobs.Run) error {
+			mu.Lock()
+			runs = append(runs, entry{run.Slot.Unix(), run.Attempt, context.Cause(ctx)})
+			mu.Unlock()
+			return nil
+		}
+		table := []scheduler.Job{{Name: "j", Schedule: "0 * * * *", LeaseTTL: 2 * time.Second,
+			OnOwnerLost: scheduler.OwnerLostRetry, MaxAttempts: 3}}
+		slow := &slowWin{d: 3 * time.Second}
+		h.startWith("slow", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { slow.Store = s; return slow }},
+			registry(t, map[string]jobs.Func{"j": fn}), table)
+		sleepUntil(time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute))
+		at := slow.slow.Load()
+		if at == 0 {
+			t.Fatal("no claim was won: the test shows nothing")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var attempts []int
+		for _, r := range runs {
+			if r.cause != nil {
+				t.Errorf("slot %d, attempt %d, was started with its context ended: %v", r.slot, r.attempt, r.cause)
+			}
+			if r.slot == at {
+				attempts = append(attempts, r.attempt)
+			}
+		}
+		if rec, _ := h.record("j", at); !slices.Equal(attempts, []int{2}) || rec.State != slot.StateDone || rec.Attempt != 2 {
+			t.Errorf("slot %d, whose claim's reply came after its lease TTL: attempts %v run, record %s attempt %d %q; want attempt 2 run, done",
+				at, attempts, rec.State, rec.Attempt, rec.Error)
+		}
 	})
 }
