@@ -34,7 +34,10 @@ type BackfillSlot struct {
 // It returns when every slot has been dealt with, or ctx ends. A Scheduler
 // either Runs, Backfills or RunManuals, once.
 //
-// It claims nothing while a replica of an older slot protocol is live: it
+// Each slot must be one of the job's schedule's times, no later than now
+// and within the job's retention: else nothing is claimed, and the error
+// names the slot. It claims nothing while a replica of an older slot
+// protocol is live: it
 // reads the registry before its first claim and again once a heartbeat
 // period has passed, and returns an error wrapping ErrOlderProtocol when it
 // finds one (the runs under way end first; the slots it did not reach have
@@ -46,6 +49,21 @@ func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time,
 	}
 	if parallel < 1 {
 		return nil, fmt.Errorf("scheduler: Backfill: parallel must be >= 1, got %d", parallel)
+	}
+	now := s.cfg.clock.Now()
+	for i, at := range slots {
+		var why string
+		switch {
+		case at.After(now):
+			why = "is in the future: the replicas run it at its time (run now, it would close that slot early)"
+		case !j.sched.Next(at.Add(-time.Second)).Equal(at):
+			why = fmt.Sprintf("is not a time of the schedule %q", j.Schedule)
+		case at.Before(now.Add(-j.Retention)):
+			why = fmt.Sprintf("is older than the job's retention (%v) allows: its record may have expired, and a slot that ran would run again", j.Retention)
+		}
+		if why != "" {
+			return nil, fmt.Errorf("scheduler: Backfill: slot %d, %s, %s; nothing was claimed", i, at.UTC().Format(time.RFC3339Nano), why)
+		}
 	}
 	out, err := s.oneShot(ctx, "Backfill", j, len(slots), parallel, func(r *runner, i int) slot.Claim {
 		return r.claim(slot.ClaimCatchup, j, slots[i])

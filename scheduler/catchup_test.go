@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +80,51 @@ func TestCatchup(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestBackfillIsChecked: Backfill is for past slots of the job's schedule
+// that no replica ran. A slot in the future (its replicas run it at its
+// time: run now, it would close that slot early), a time that is not one
+// of the schedule's, or one older than the retention (its record may have
+// expired: a slot that ran would run again) is refused, before anything is
+// claimed, with an error that names it.
+func TestBackfillIsChecked(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		table := []scheduler.Job{{Name: "j", Schedule: "0 * * * *", Retention: 48 * time.Hour}}
+		fns := map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0)}
+		time.Sleep(72 * time.Hour)
+		hour := time.Now().Truncate(time.Hour)
+		for i, tc := range []struct {
+			at   time.Time
+			want string
+		}{
+			{hour.Add(time.Hour), "is in the future"},
+			{hour.Add(-time.Hour + 17*time.Minute), `is not a time of the schedule "0 * * * *"`},
+			{hour.Add(-time.Hour + 500*time.Millisecond), `is not a time of the schedule "0 * * * *"`},
+			{hour.Add(-49 * time.Hour), "older than the job's retention (48h0m0s)"},
+		} {
+			s, err := scheduler.New(h.store, registry(t, fns), scheduler.WithJobs(table...), scheduler.WithReplicaID("cli"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok := hour.Add(-time.Duration(2+i) * time.Hour) // with a good slot first: nothing is claimed, not even it
+			res, err := s.Backfill(context.Background(), "j", []time.Time{ok, tc.at}, 1)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.at.UTC().Format(time.RFC3339Nano)) {
+				t.Errorf("Backfill of %v: %+v, %v; want an error naming it: %q", tc.at.UTC(), res, err, tc.want)
+			}
+			for _, at := range []time.Time{ok, tc.at} {
+				if rec, found := h.record("j", at.Unix()); found {
+					t.Errorf("Backfill of %v refused, but slot %v has a record: %+v", tc.at.UTC(), at.UTC(), rec)
+				}
+			}
+		}
+		s, err := scheduler.New(h.store, registry(t, fns), scheduler.WithJobs(table...), scheduler.WithReplicaID("cli"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := []time.Time{hour.Add(-47 * time.Hour), hour}
+		if res, err := s.Backfill(context.Background(), "j", ok, 1); err != nil || len(res) != 2 || res[0].State != slot.StateDone || res[1].State != slot.StateDone {
+			t.Errorf("Backfill of %v (within the retention, and the current slot): %+v, %v; want both run, done", ok, res, err)
+		}
+	})
 }

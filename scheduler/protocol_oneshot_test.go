@@ -220,7 +220,7 @@ func TestOlderProtocolStopsABusyBackfill(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		m := &manualRuns{runs: map[string]int{}, by: map[string]string{}}
 		fns := map[string]jobs.Func{"draw": m.fn(30 * time.Second)}
-		table := []scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *"}}
+		table := []scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *", Retention: 72 * time.Hour}}
 		a := h.start("a", registry(t, fns), table)
 		time.Sleep(time.Second)
 		if tr, err := a.s.Trigger(context.Background(), "draw", slot.Manual{ID: "hold"}); err != nil || tr.Outcome != slot.OutcomeWon {
@@ -235,8 +235,8 @@ func TestOlderProtocolStopsABusyBackfill(t *testing.T) {
 			time.Sleep(2 * time.Second) // the backfill is waiting for the run of "hold"
 			leave <- h.olderReplica("old-1")
 		}()
-		past := time.Now().Truncate(time.Second).Add(-time.Hour)
-		slots := []time.Time{past, past.Add(time.Second)}
+		noon := time.Now().Truncate(24 * time.Hour).Add(-12 * time.Hour) // yesterday's
+		slots := []time.Time{noon.Add(-24 * time.Hour), noon}
 		res, err := s.Backfill(context.Background(), "draw", slots, 1)
 		defer (<-leave)()
 		if !errors.Is(err, scheduler.ErrOlderProtocol) {
