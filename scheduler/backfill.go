@@ -295,7 +295,8 @@ type triggerReq struct {
 	job   *jobState
 	m     slot.Manual
 	reply chan slot.Result
-	at    time.Time // the manual slot's time: when it was asked for
+	gone  <-chan struct{} // closed when the caller stops waiting
+	at    time.Time       // the manual slot's time: when it was asked for
 }
 
 // Trigger asks for a manual slot of job now, on a running Scheduler (Run):
@@ -330,7 +331,7 @@ func (s *Scheduler) Trigger(ctx context.Context, job string, m slot.Manual) (Tri
 	if older := s.olderPeers(); len(older) > 0 { // a replica waiting for them to leave is not looping yet
 		return Triggered{Manual: m}, fmt.Errorf("%w (%s): Trigger claims nothing until they have left", ErrOlderProtocol, strings.Join(older, ", "))
 	}
-	req := triggerReq{job: j, m: m, reply: make(chan slot.Result, 1), at: s.cfg.clock.Now()}
+	req := triggerReq{job: j, m: m, reply: make(chan slot.Result, 1), gone: ctx.Done(), at: s.cfg.clock.Now()}
 	if !s.looping.Load() {
 		return Triggered{Manual: m}, ErrNotRunning
 	}
@@ -352,8 +353,9 @@ func (s *Scheduler) Trigger(ctx context.Context, job string, m slot.Manual) (Tri
 	case <-s.loopDone:
 		return t, ErrNotRunning
 	case <-ctx.Done():
-		// The claim goes on: it ends with a record, or is sent again.
-		return t, ctx.Err()
+		// The claim is withdrawn (pending.withdraw): the slot runs only if
+		// a try had won, and is recorded missed otherwise.
+		return t, fmt.Errorf("scheduler: Trigger: %w before Redis answered the claim of manual slot %s: it runs only if a try reached Redis and won; else it is recorded missed", ctx.Err(), m.ID)
 	}
 }
 
@@ -362,5 +364,5 @@ func (r *runner) onTrigger(now time.Time, req triggerReq) {
 	c := r.claim(slot.ClaimManual, req.job, req.at)
 	m := req.m
 	c.Manual = &m
-	heap.Push(&r.queue, &pending{due: now, job: req.job, claim: c, reply: req.reply})
+	heap.Push(&r.queue, &pending{due: now, job: req.job, claim: c, reply: req.reply, gone: req.gone})
 }

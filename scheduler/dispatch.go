@@ -325,6 +325,9 @@ func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
 			r.push(due, p.job, c)
 			continue
 		}
+		if p.claim.Kind == slot.ClaimManual && p.callerGone() {
+			p.withdraw()
+		}
 		if p.claim.Kind == slot.ClaimExpire { // Redis decides; its clock is the one that counts
 			expires = append(expires, p)
 			continue
@@ -614,6 +617,9 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 		// knows its token and answers won again. A read first would take
 		// its record for another's and settle the slot as lost.
 		p.hedged = false
+		if p.callerGone() {
+			p.withdraw()
+		}
 		p.due = now.Add(backoff(p.tries))
 		heap.Push(&r.queue, p)
 	case d.retryAfter > 0:

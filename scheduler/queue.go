@@ -23,6 +23,34 @@ type pending struct {
 	// reply, for a Trigger, receives the claim's first answer that is not
 	// an error; nil otherwise, and once it has received it.
 	reply chan<- slot.Result
+	// gone, for a Trigger, is closed when its caller stops waiting for the
+	// answer (its context's Done).
+	gone <-chan struct{}
+}
+
+// callerGone reports whether p is a Trigger's claim whose caller has
+// stopped waiting for its answer.
+func (p *pending) callerGone() bool {
+	select {
+	case <-p.gone:
+		return true
+	default:
+		return false
+	}
+}
+
+// withdraw turns the claim of a Trigger whose caller stopped waiting
+// before Redis answered it into an expire claim past its deadline, with
+// its token: Redis answers won if the claim had won (its reply lost), and
+// the slot runs, once; else it records the slot missed, saying why. So the
+// slot ends with a record, and does not run long after its caller was
+// told it failed (a replica that refuses to claim would have sent it again
+// every second, and run it once it no longer refused).
+func (p *pending) withdraw() {
+	p.claim.Kind = slot.ClaimExpire
+	p.claim.Deadline = time.UnixMilli(0)
+	p.claim.Reason = "the trigger's caller stopped waiting before Redis answered its claim"
+	p.gone = nil
 }
 
 // pendingQueue is a min-heap of pending claims by due time (container/heap).

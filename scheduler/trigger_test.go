@@ -3,7 +3,9 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
 	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // manualRuns is a job that counts its runs by manual ID ("" for scheduled
@@ -233,4 +236,57 @@ func TestRunManual(t *testing.T) {
 			t.Fatalf("ran %d times", n)
 		}
 	})
+}
+
+// TestTriggerWhoseCallerGaveUp: a Trigger returns an error when its caller
+// stops waiting (the admin endpoint waits 5 s) before Redis has answered
+// its claim. Its slot must not run later than the caller could know of, nor
+// be left with no record: a claim that was never answered is recorded
+// missed, saying why, and runs only if it had won (its reply lost), once.
+// Two cases: the replica refuses to claim (its clock is 10 minutes off,
+// and set right a minute later), and every claim reply is lost while the
+// caller waits, which the first try won.
+func TestTriggerWhoseCallerGaveUp(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		offset time.Duration
+		lose   bool
+		runs   int
+		state  slot.State
+	}{
+		{"refused", 10 * time.Minute, false, 0, slot.StateMissed},
+		{"replies lost", 0, true, 1, slot.StateDone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T, h *harness) {
+				m := &manualRuns{runs: map[string]int{}, by: map[string]string{}}
+				var lose atomic.Bool
+				table := []scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *"}}
+				r := h.startWith("a", replicaOpts{offset: tc.offset, claimer: func(s *slotstore.Store) scheduler.Claimer { return loseWhile{s, &lose} }},
+					registry(t, map[string]jobs.Func{"draw": m.fn(0)}), table)
+				time.Sleep(5 * time.Second)
+				synctest.Wait()
+				lose.Store(tc.lose)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				g, err := r.s.Trigger(ctx, "draw", slot.Manual{ID: "redo", By: "ops"})
+				cancel()
+				if err == nil {
+					t.Fatalf("Trigger: %+v; want an error (its caller gave up before Redis answered)", g)
+				}
+				time.Sleep(time.Minute)
+				lose.Store(false)
+				r.clock.step(-tc.offset) // its clock is set right
+				time.Sleep(2 * time.Hour)
+				synctest.Wait()
+				rec, ok, _ := h.store.ManualRecord(context.Background(), "draw", "redo")
+				if n := m.count("m:redo"); n != tc.runs || !ok || rec.State != tc.state {
+					t.Errorf("manual slot redo, whose Trigger returned %v: ran %d times, record %s %q (found %v); want %d runs, %s",
+						err, n, rec.State, rec.Error, ok, tc.runs, tc.state)
+				}
+				if tc.state == slot.StateMissed && !strings.Contains(rec.Error, "stopped waiting") {
+					t.Errorf("manual slot redo recorded missed for %q; want the reason: its caller stopped waiting", rec.Error)
+				}
+			})
+		})
+	}
 }

@@ -101,7 +101,8 @@ type Claim struct {
 	// record, on the run's spans and log lines. Unlike the token it is not
 	// a secret. A claim sent again keeps it. Empty: the store makes one.
 	RunID string
-	// Manual is set for a manual slot (ClaimManual, and a takeover of one);
+	// Manual is set for a manual slot (ClaimManual, and a takeover or an
+	// expire claim of one: a Trigger withdrawn before its claim was answered);
 	// nil for a scheduled slot. Slot is then when it was asked for.
 	Manual *Manual
 }

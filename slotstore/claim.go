@@ -74,14 +74,15 @@ func (s *Store) group(claims []slot.Claim) [][]int {
 }
 
 // checkManual checks that a claim is manual exactly when its kind says so
-// (a takeover may be either), and the manual slot's ID and note.
+// (a takeover or an expire claim may be either), and the manual slot's ID
+// and note.
 func checkManual(c slot.Claim) error {
 	switch {
 	case c.Kind == slot.ClaimManual && c.Manual == nil:
 		return errors.New("a manual claim needs Manual")
 	case c.Manual == nil:
 		return nil
-	case c.Kind != slot.ClaimManual && c.Kind != slot.ClaimTakeover:
+	case c.Kind != slot.ClaimManual && c.Kind != slot.ClaimTakeover && c.Kind != slot.ClaimExpire:
 		return fmt.Errorf("a %s claim cannot be for a manual slot", c.Kind)
 	case len(c.Manual.Note) > slot.MaxNote:
 		return fmt.Errorf("the note is %d bytes, more than %d", len(c.Manual.Note), slot.MaxNote)
