@@ -237,7 +237,7 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 		r.barred = false
 	}
 	if offset, refused := r.s.refused(); refused {
-		r.refuse(now, batch, refusal{outcome: outcomeRefused, level: slog.LevelError,
+		r.refuse(now, batch, refusal{outcome: outcomeRefused, level: slog.LevelError, takeovers: true,
 			msg:    "refusing to claim: this replica's clock is off by more than max_skew",
 			attrs:  []any{"offset", offset.String(), "max_skew", r.s.cfg.maxSkew.String()},
 			reason: fmt.Sprintf("no replica claimed the slot; %s refused: its clock is off Redis's by %v, more than max_skew %v", r.self, offset.Round(time.Millisecond), r.s.cfg.maxSkew)})
@@ -290,6 +290,10 @@ type refusal struct {
 	msg     string
 	attrs   []any
 	reason  string
+	// takeovers: takeovers go on (whether an owner is gone is judged on
+	// Redis's clock alone: a replica whose clock is off can tell), so that
+	// a dead owner's slot is settled even when every replica refuses.
+	takeovers bool
 }
 
 // refuse handles a batch while this replica claims nothing (its clock is off
@@ -298,8 +302,8 @@ type refusal struct {
 // with a record when every replica refuses, each is sent again as an expire
 // claim, which Redis answers once the slot's misfire grace has passed on its
 // own clock (recorded missed, unless a replica ran it; and run, if it is
-// the live claim's own, which won with its reply lost). The rest waits, and
-// so do expire claims.
+// the live claim's own, which won with its reply lost). Expire claims are
+// sent, and so are takeovers if why says so; the rest waits.
 func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
 	var expires []*pending
 	for _, p := range batch {
@@ -328,7 +332,7 @@ func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
 		if p.claim.Kind == slot.ClaimManual && p.callerGone() {
 			p.withdraw()
 		}
-		if p.claim.Kind == slot.ClaimExpire { // Redis decides; its clock is the one that counts
+		if p.claim.Kind == slot.ClaimExpire || p.claim.Kind == slot.ClaimTakeover && why.takeovers { // Redis decides; its clock is the one that counts
 			expires = append(expires, p)
 			continue
 		}

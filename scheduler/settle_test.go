@@ -228,3 +228,26 @@ func TestStopRecordsTheDeferredMisses(t *testing.T) {
 		})
 	})
 }
+
+// TestTakeoversGoWhileTheClockIsOff: the only live replica's clock is 10
+// minutes off Redis's, so it claims no slot; a replica that died mid-run
+// left a slot running. Whether its owner is gone is judged on Redis's
+// clock alone, so the takeover must still go, and the slot be settled by
+// its policy (abandon), not left running until the clock is set right.
+func TestTakeoversGoWhileTheClockIsOff(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 1m", LeaseTTL: 2 * time.Second}}
+		past := time.Now().Add(-30 * time.Second).Truncate(time.Second)
+		res, err := h.store.Claim(context.Background(), []slot.Claim{{Kind: slot.ClaimCatchup, Job: "j", Slot: past, Replica: "dead",
+			LeaseTTL: 2 * time.Second, Retention: 24 * time.Hour}})
+		if err != nil || res[0].Outcome != slot.OutcomeWon {
+			t.Fatalf("the dead replica's claim: %+v, %v", res, err)
+		}
+		h.startWith("r1", replicaOpts{offset: 10 * time.Minute}, registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0)}), table)
+		time.Sleep(scheduler.RunningSweepEvery*11/10 + 5*time.Second)
+		if rec, ok := h.record("j", past.Unix()); !ok || rec.State != slot.StateAbandoned {
+			t.Errorf("slot %v, whose owner died, a sweep and a lease TTL later: %s by %s %q (found %v); want abandoned",
+				past.UTC(), rec.State, rec.Owner, rec.Error, ok)
+		}
+	})
+}
