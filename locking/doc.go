@@ -49,7 +49,9 @@
 // WithWatchdog, or Lease.KeepAlive, starts one goroutine per lease that renews
 // it every TTL/3, as Redisson does. A failed token check ends the lease at once;
 // a network error is retried until the TTL would have run out. The goroutine
-// stops on Release or loss.
+// stops on Release or loss. Its renewals and Extend take turns, one in flight
+// at a time, so that the lease's deadline comes from the renewal that Redis
+// ran last.
 //
 // # Waiting
 //

@@ -31,6 +31,14 @@ type Lease struct {
 	hold  hold
 	v     *validity.Timer
 
+	// turn is held by one renewal, Extend's or the watchdog's, from its send
+	// until its answer is applied to v. Redis keeps the TTL that the last
+	// renewal it ran set, and v follows the last answer applied; with one
+	// renewal at a time they are the same one. It is a 1-buffered channel, not
+	// a mutex, so that a renewal waiting for it can give up when its context
+	// ends, when Release stops the watchdog, or when the lease ends.
+	turn chan struct{}
+
 	mu        sync.Mutex
 	ttl       time.Duration
 	released  bool
@@ -61,6 +69,7 @@ func newLease(h hold, key, token string, fence int64, ttl time.Duration, sentAt 
 		fence:     fence,
 		hold:      h,
 		v:         validity.Start(parent, sentAt, ttl),
+		turn:      make(chan struct{}, 1),
 		ttl:       ttl,
 		stopWatch: make(chan struct{}),
 		watchDone: make(chan struct{}),
@@ -110,12 +119,21 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 
 // Extend sets the key's TTL to ttl, if the key still holds this lease's token,
 // and makes ttl the period the watchdog renews for. It returns ErrNotHeld, and
-// ends the lease as lost, when the token check fails. One round trip; it blocks
-// until Redis answers or ctx ends.
+// ends the lease as lost, when the token check fails. One round trip, once a
+// renewal in flight (the watchdog's, or another Extend's) has been answered;
+// it blocks until Redis answers or ctx ends, and returns ErrNotHeld if the
+// lease ends while it waits.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL("Extend", ttl); err != nil {
 		return err
 	}
+	if !l.takeTurn(ctx.Done()) {
+		if err := ctx.Err(); err != nil && l.v.Context().Err() == nil {
+			return fmt.Errorf("locking: Extend %q: %w", l.key, err)
+		}
+		return ErrNotHeld
+	}
+	defer l.giveTurn()
 	l.mu.Lock()
 	released := l.released
 	l.mu.Unlock()
@@ -135,8 +153,23 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
+// takeTurn waits until no other renewal of l is in flight and takes the turn;
+// false, without it, when stop is closed or the lease ends first.
+func (l *Lease) takeTurn(stop <-chan struct{}) bool {
+	select {
+	case l.turn <- struct{}{}:
+		return true
+	case <-stop:
+	case <-l.v.Context().Done():
+	}
+	return false
+}
+
+func (l *Lease) giveTurn() { <-l.turn }
+
 // extend runs the token-checked PEXPIRE and updates the validity: ok is true
-// when Redis confirmed; a failed token check ends the lease as lost.
+// when Redis confirmed; a failed token check ends the lease as lost. The
+// caller holds the turn.
 func (l *Lease) extend(ctx context.Context, ttl time.Duration) (ok bool, err error) {
 	sent := time.Now()
 	ok, err = l.hold.extend(ctx, ttl)
@@ -183,6 +216,11 @@ func (l *Lease) watch() {
 			return
 		case <-timer.C:
 		}
+		if !l.takeTurn(l.stopWatch) {
+			return
+		}
+		// The TTL and the deadline are read under the turn: an Extend that
+		// had it before has set both.
 		l.mu.Lock()
 		ttl := l.ttl
 		l.mu.Unlock()
@@ -190,9 +228,12 @@ func (l *Lease) watch() {
 		ctx, cancel := context.WithDeadline(context.Background(), l.v.Deadline())
 		ok, err := l.extend(ctx, ttl)
 		cancel()
+		if err != nil {
+			l.v.Failed(err) // before a later renewal's confirmation clears it
+		}
+		l.giveTurn()
 		switch {
 		case err != nil:
-			l.v.Failed(err)
 			timer.Reset(retryDelay(ttl))
 		case ok:
 			timer.Reset(l.renewPeriod())

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,4 +164,203 @@ func TestKeepAliveStartsOneWatchdog(t *testing.T) {
 		t.Fatal(err)
 	}
 	// goleak in TestMain fails the package if a second watchdog outlived Release.
+}
+
+// TestExtendWaitsForTheWatchdogsRenewal: the watchdog's renewal (3s) has run
+// in Redis and its answer is on its way when the owner calls Extend(200ms).
+// Redis keeps the TTL of the renewal it ran last, and the lease takes the
+// last answer it gets, so the Extend must wait for that answer and go after
+// it. Sent at once, the Extend ran second in Redis, while the watchdog's late
+// answer moved the deadline to 3s after its send: when the network then
+// failed, another client took the expired key while the lease was still
+// proven for seconds.
+//
+// The test holds the watchdog's answer until the Extend has run in Redis
+// (the race) or waits on its context (its turn), so the order is the test's,
+// not the scheduler's.
+func TestExtendWaitsForTheWatchdogsRenewal(t *testing.T) {
+	srv, rdb, lk := setup(t)
+	key := srv.Key("turns")
+	const ttl, shorter = 3 * time.Second, 200 * time.Millisecond
+	tap := newRenewalTap(ttl)
+	rdb.AddHook(tap)
+	l, err := lk.Obtain(context.Background(), key, ttl, locking.WithWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background()) // fails on the cut network; the key has expired
+	<-tap.held                            // after TTL/3: the watchdog's renewal has run; its answer is held
+
+	ctx := &doneWatch{Context: context.WithValue(context.Background(), extendCall{}, true), tap: tap, waiting: make(chan struct{})}
+	extended := make(chan error, 1)
+	go func() { extended <- l.Extend(ctx, shorter) }()
+	select {
+	case <-tap.overlapped:
+		// Sent at once: let it finish first, as a slow answer would.
+		err = <-extended
+		close(tap.release)
+	case <-ctx.waiting:
+		close(tap.release)
+		err = <-extended
+	}
+	if err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if tap.overlap.Load() {
+		t.Error("Extend was sent while the watchdog's renewal was waiting for its answer")
+	}
+	// Every renewal after the Extend's fails, as on a cut network. Once the
+	// watchdog has tried one, it has applied the answer it was waiting for.
+	select {
+	case <-tap.cutOff:
+	case <-l.Done():
+	}
+
+	// Another client takes the key when Redis has expired it.
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	other, err := locking.New(srv.Client()).Lock(wctx, key, time.Second)
+	if err != nil {
+		t.Fatalf("the key never expired: %v", err)
+	}
+	taken := time.Now()
+	defer other.Release(context.Background())
+	if d := l.Deadline(); d.After(taken) {
+		t.Errorf("two holders: another client took the key, but the lease stays proven for %v more "+
+			"(the watchdog's late answer overrode the later Extend)", d.Sub(taken).Round(time.Millisecond))
+	}
+}
+
+// TestExtendWaitingForItsTurnEndsWithItsContext: an Extend that waits for the
+// watchdog's renewal to be answered gives up when its context ends, sends
+// nothing, and leaves the turn free for the next one.
+func TestExtendWaitingForItsTurnEndsWithItsContext(t *testing.T) {
+	srv, rdb, lk := setup(t)
+	key := srv.Key("cancelled")
+	const ttl = 3 * time.Second
+	tap := newRenewalTap(ttl)
+	rdb.AddHook(tap)
+	l, err := lk.Obtain(context.Background(), key, ttl, locking.WithWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tap.held
+
+	cctx, cancel := context.WithCancel(context.WithValue(context.Background(), extendCall{}, true))
+	ctx := &doneWatch{Context: cctx, tap: tap, waiting: make(chan struct{})}
+	extended := make(chan error, 1)
+	go func() { extended <- l.Extend(ctx, time.Second) }()
+	select {
+	case <-tap.overlapped:
+		t.Error("Extend was sent while the watchdog's renewal was waiting for its answer")
+	case <-ctx.waiting:
+	}
+	cancel()
+	select {
+	case err = <-extended:
+		close(tap.release)
+	case <-l.Done(): // the lease has run out with the answer still held
+		close(tap.release)
+		t.Fatalf("Extend waited for the watchdog's answer after its context ended: %v", <-extended)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Extend whose context ended while it waited: %v, want context.Canceled", err)
+	}
+	if err := l.Extend(context.Background(), ttl); err != nil {
+		t.Fatalf("Extend after one gave up: %v", err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// extendCall marks the context of the test's Extend.
+type extendCall struct{}
+
+// renewalTap is a hook on the lease's client. It holds the answer of the
+// first renewal for ttl (the watchdog's) until release is closed, reports a
+// renewal sent while another is in flight, and cuts the network once the
+// test's Extend has run.
+type renewalTap struct {
+	ttlMs      int64
+	hold       sync.Once
+	held       chan struct{} // the held renewal has run in Redis
+	release    chan struct{}
+	inFlight   atomic.Int32
+	extendSent atomic.Bool
+	overlap    atomic.Bool
+	overlapped chan struct{}
+	cut        atomic.Bool
+	cutOnce    sync.Once
+	cutOff     chan struct{} // a renewal has met the cut
+}
+
+func newRenewalTap(ttl time.Duration) *renewalTap {
+	return &renewalTap{ttlMs: ttl.Milliseconds(), held: make(chan struct{}), release: make(chan struct{}),
+		overlapped: make(chan struct{}), cutOff: make(chan struct{})}
+}
+
+func (h *renewalTap) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *renewalTap) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *renewalTap) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		ms, renewal := args[len(args)-1].(int64)
+		renewal = renewal && len(args) == 6 // EVAL(SHA) extend 1 key token ttl
+		if h.cut.Load() {
+			if renewal {
+				h.cutOnce.Do(func() { close(h.cutOff) })
+			}
+			err := errors.New("renewalTap: network cut")
+			cmd.SetErr(err)
+			return err
+		}
+		if !renewal {
+			return next(ctx, cmd)
+		}
+		extend := ctx.Value(extendCall{}) != nil
+		if extend {
+			h.extendSent.Store(true)
+		}
+		if h.inFlight.Add(1) > 1 && h.overlap.CompareAndSwap(false, true) && extend {
+			close(h.overlapped)
+		}
+		defer h.inFlight.Add(-1)
+		err := next(ctx, cmd)
+		if err != nil {
+			return err
+		}
+		if extend {
+			h.cut.Store(true)
+		}
+		if ms == h.ttlMs && !extend {
+			hold := false
+			h.hold.Do(func() { hold = true })
+			if hold {
+				close(h.held)
+				<-h.release
+			}
+		}
+		return nil
+	}
+}
+
+// doneWatch is the test Extend's context. Asked for Done before its request
+// has reached the client, it reports that the Extend waits rather than sends.
+type doneWatch struct {
+	context.Context
+	tap     *renewalTap
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (c *doneWatch) Done() <-chan struct{} {
+	if !c.tap.extendSent.Load() {
+		c.once.Do(func() { close(c.waiting) })
+	}
+	return c.Context.Done()
 }

@@ -60,6 +60,12 @@ func (v *Timer) Context() context.Context { return v.ctx }
 
 // Extend moves the end to sentAt + SafeTTL(ttl), for a renewal that Redis
 // confirmed. It does nothing once the Timer has ended: a lost lease stays lost.
+//
+// It takes each confirmation as the newest, earlier or later, while Redis
+// keeps the TTL of the renewal it ran last. So an owner that renews with
+// different TTLs has one renewal in flight at a time (locking.Lease); with one
+// TTL, every confirmed renewal's sentAt + ttl comes before the key expires,
+// whatever the order of the answers.
 func (v *Timer) Extend(sentAt time.Time, ttl time.Duration) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
