@@ -16,13 +16,19 @@ import (
 // progress go on. It reports whether the job was running (false: a pause
 // stood, and now has this note). The pause is written where replicas of
 // protocol 1 read it too, so that it holds while a deployment upgrades
-// (versions older than pauses ignore it).
+// (versions older than pauses ignore it). Every paused slot's record holds
+// note and by, so each may be at most slot.MaxNote bytes.
 func (s *Store) Pause(ctx context.Context, job, note, by string) (bool, error) {
 	if err := checkJob(job); err != nil {
 		return false, fmt.Errorf("slotstore: pausing: %w", err)
 	}
-	if by == "" {
+	switch {
+	case by == "":
 		return false, fmt.Errorf("slotstore: pausing %s: say who pauses it (by)", job)
+	case len(by) > slot.MaxNote:
+		return false, fmt.Errorf("slotstore: pausing %s: by is %d bytes, more than %d", job, len(by), slot.MaxNote)
+	case len(note) > slot.MaxNote:
+		return false, fmt.Errorf("slotstore: pausing %s: the note is %d bytes, more than %d", job, len(note), slot.MaxNote)
 	}
 	n, err := pauseScript.Run(ctx, s.rdb, []string{s.stateKey(job), s.v1PausedKey(job)}, "pause", note, by).Int()
 	if err != nil {

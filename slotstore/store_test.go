@@ -1040,6 +1040,30 @@ func TestPause(t *testing.T) {
 	}
 }
 
+// TestPauseBoundsNoteAndBy: every paused slot's record carries the pause's
+// note and who paused, so Pause refuses either longer than slot.MaxNote
+// bytes, and pauses nothing; a note of MaxNote bytes is taken.
+func TestPauseBoundsNoteAndBy(t *testing.T) {
+	_, _, s := newSlots(t)
+	ctx := context.Background()
+	long := strings.Repeat("n", slot.MaxNote+1)
+	for name, args := range map[string][2]string{"note": {long, "ops@host"}, "by": {"migration", long}} {
+		if _, err := s.Pause(ctx, "p", args[0], args[1]); err == nil || !strings.Contains(err.Error(), "1025 bytes, more than 1024") {
+			t.Errorf("Pause with a %s of %d bytes: %v, want refused", name, len(long), err)
+		}
+	}
+	if pauses, err := s.Pauses(ctx, []string{"p"}); err != nil || len(pauses) != 0 {
+		t.Fatalf("after refused pauses: %d pauses (%v); want none", len(pauses), err)
+	}
+	note := strings.Repeat("n", slot.MaxNote)
+	if changed, err := s.Pause(ctx, "p", note, "ops@host"); err != nil || !changed {
+		t.Fatalf("Pause with a note of %d bytes = %v, %v", len(note), changed, err)
+	}
+	if pauses, err := s.Pauses(ctx, []string{"p"}); err != nil || pauses["p"].Note != note {
+		t.Fatalf("Pauses = %d, %v; want the note of %d bytes", len(pauses["p"].Note), err, len(note))
+	}
+}
+
 // TestFinishKnowsItsOwnRecord: a finish sent again after its reply was lost
 // is answered as the same finish, while a finish of a slot that another
 // replica has meanwhile recorded abandoned is refused, even when the run

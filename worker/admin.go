@@ -91,9 +91,14 @@ func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, s *sch
 			var changed bool
 			var err error
 			if action == "pause" {
-				changed, err = store.Pause(ctx, job, r.FormValue("note"), "http "+r.RemoteAddr)
+				note := r.FormValue("note")
+				if len(note) > slot.MaxNote {
+					http.Error(w, fmt.Sprintf("the note is %d bytes, more than %d", len(note), slot.MaxNote), http.StatusBadRequest)
+					return
+				}
+				changed, err = store.Pause(ctx, job, note, "http "+r.RemoteAddr)
 				if err == nil && changed {
-					err = addPaused(ctx, cfg, store, job, r.FormValue("note"), "http "+r.RemoteAddr, time.Now())
+					err = addPaused(ctx, cfg, store, job, note, "http "+r.RemoteAddr, time.Now())
 				}
 			} else {
 				changed, err = store.Resume(ctx, job)

@@ -11,11 +11,13 @@ import (
 	"testing"
 
 	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
 )
 
 // TestAdminEndpoints: pause and resume over HTTP need the bearer token from
-// SLOTCRON_ADMIN_TOKEN, and are off without one; GET /jobs stays open.
+// SLOTCRON_ADMIN_TOKEN, and are off without one; GET /jobs stays open. A
+// pause's note longer than slot.MaxNote is refused with 400.
 func TestAdminEndpoints(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
@@ -80,6 +82,11 @@ func TestAdminEndpoints(t *testing.T) {
 	}
 	if code, _ := do(on.URL, "POST", "/admin/jobs/nope/pause", "Bearer s3cret", note); code != http.StatusNotFound {
 		t.Fatalf("unknown job: %d", code)
+	}
+	long := url.Values{"note": {strings.Repeat("n", slot.MaxNote+1)}}
+	if code, body := do(on.URL, "POST", "/admin/jobs/lottery/pause", "Bearer s3cret", long); code != http.StatusBadRequest ||
+		!strings.Contains(body, "the note is 1025 bytes, more than 1024") || paused() {
+		t.Fatalf("a note of %d bytes: %d %q, paused %v; want 400 and no pause", slot.MaxNote+1, code, body, paused())
 	}
 	if code, body := do(on.URL, "POST", "/admin/jobs/lottery/pause", "Bearer s3cret", note); code != http.StatusOK || !strings.Contains(body, `"changed":true`) || !paused() {
 		t.Fatalf("right token: %d %q, paused %v", code, body, paused())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
 )
 
@@ -22,8 +23,12 @@ func pause(ctx context.Context, cfg *Config, rdb redis.UniversalClient, sub, job
 	for _, jc := range cfg.Jobs {
 		names = append(names, jc.Name)
 	}
-	if !slices.Contains(names, job) {
+	switch {
+	case !slices.Contains(names, job):
 		fmt.Fprintf(stderr, "worker %s: no job %q in the cron table; it has: %s\n", sub, job, strings.Join(names, ", "))
+		return 2
+	case len(note) > slot.MaxNote:
+		fmt.Fprintf(stderr, "worker pause: -note is %d bytes, more than %d\n", len(note), slot.MaxNote)
 		return 2
 	}
 	if !reachable(ctx, cfg, rdb, sub, stderr) {
