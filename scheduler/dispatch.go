@@ -305,7 +305,7 @@ type refusal struct {
 // the live claim's own, which won with its reply lost). Expire claims are
 // sent, and so are takeovers if why says so; the rest waits.
 func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
-	var expires []*pending
+	var decided []*pending // sent now: Redis decides them on its own clock
 	for _, p := range batch {
 		if p.claim.Kind == slot.ClaimLive {
 			if r.log.Enabled(context.Background(), why.level) {
@@ -329,18 +329,18 @@ func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
 			r.push(due, p.job, c)
 			continue
 		}
-		if p.claim.Kind == slot.ClaimManual && p.callerGone() {
-			p.withdraw()
+		if p.callerGone() {
+			p.withdraw() // then sent: Redis decides
 		}
 		if p.claim.Kind == slot.ClaimExpire || p.claim.Kind == slot.ClaimTakeover && why.takeovers { // Redis decides; its clock is the one that counts
-			expires = append(expires, p)
+			decided = append(decided, p)
 			continue
 		}
 		p.due = now.Add(time.Second)
 		heap.Push(&r.queue, p)
 	}
-	if len(expires) > 0 {
-		r.send(context.Background(), expires) // one round trip for them all
+	if len(decided) > 0 {
+		r.send(context.Background(), decided) // one round trip for them all
 	}
 }
 
@@ -495,6 +495,9 @@ func (r *runner) claimBatch(ctx context.Context, batch []*pending) (answered boo
 	claims := make([]slot.Claim, len(batch))
 	sent := r.clock.Now()
 	for i, p := range batch {
+		if p.callerGone() { // at the send: a try now must not win a slot its caller was told failed
+			p.withdraw()
+		}
 		r.identify(&p.claim) // a claim sent for the first time gets its token and run ID
 		// (An expire claim that wins is a live claim's, sent again while
 		// this replica refuses: refuse.)
@@ -502,11 +505,11 @@ func (r *runner) claimBatch(ctx context.Context, batch []*pending) (answered boo
 		claims[i] = p.claim
 	}
 	traces := r.s.tel.beginSlots(ctx, len(batch), func(i int) (string, slot.Claim) {
-		switch batch[i].claim.Kind {
-		case slot.ClaimTakeover:
-			return kindWatch, batch[i].claim
-		case slot.ClaimManual:
-			return kindManual, batch[i].claim
+		switch c := batch[i].claim; {
+		case c.Kind == slot.ClaimTakeover:
+			return kindWatch, c
+		case c.Manual != nil: // a manual claim, or a withdrawn one (pending.withdraw)
+			return kindManual, c
 		}
 		return kindSlot, batch[i].claim
 	})
@@ -621,9 +624,6 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 		// knows its token and answers won again. A read first would take
 		// its record for another's and settle the slot as lost.
 		p.hedged = false
-		if p.callerGone() {
-			p.withdraw()
-		}
 		p.due = now.Add(backoff(p.tries))
 		heap.Push(&r.queue, p)
 	case d.retryAfter > 0:

@@ -429,18 +429,22 @@ func TestOlderProtocolDepartureConvertsNothing(t *testing.T) {
 	})
 }
 
-// loseWhile executes every claim, and loses every reply while lose is set.
+// loseWhile executes every claim, and loses every reply, while lose is
+// set (nil: always); while down is set, it executes none (Redis is away).
 type loseWhile struct {
 	*slotstore.Store
-	lose *atomic.Bool
+	lose, down *atomic.Bool
 }
 
 func (d loseWhile) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
-	res, err := d.Store.Claim(ctx, claims)
-	if err != nil || !d.lose.Load() {
-		return res, err
+	var res []slot.Result
+	if d.down == nil || !d.down.Load() {
+		var err error
+		if res, err = d.Store.Claim(ctx, claims); err != nil || d.lose != nil && !d.lose.Load() {
+			return res, err
+		}
 	}
-	out := make([]slot.Result, len(res))
+	out := make([]slot.Result, len(claims))
 	for i := range out {
 		out[i] = slot.Result{Err: errors.New("loseWhile: i/o timeout (the reply was lost)"), Wait: -1}
 	}
@@ -457,7 +461,7 @@ func (d loseWhile) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Resul
 func TestLostReplyWhileRefusing(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		var lose atomic.Bool
-		h.startWith("new", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { return loseWhile{s, &lose} }},
+		h.startWith("new", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { return loseWhile{Store: s, lose: &lose} }},
 			registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "effects", 10*time.Millisecond)}),
 			[]scheduler.Job{{Name: "j", Schedule: "@every 1s", LeaseTTL: 2 * time.Second, MisfireGrace: 5 * time.Second}},
 			scheduler.WithHeartbeatEvery(time.Second))

@@ -149,21 +149,6 @@ func TestOwnTakeoverLeavesAFinishingRunAlone(t *testing.T) {
 	})
 }
 
-// loseReplies executes every claim and loses every reply.
-type loseReplies struct{ *slotstore.Store }
-
-func (d loseReplies) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
-	res, err := d.Store.Claim(ctx, claims)
-	if err != nil {
-		return res, err
-	}
-	out := make([]slot.Result, len(res))
-	for i := range out {
-		out[i] = slot.Result{Err: errors.New("loseReplies: i/o timeout (the reply was lost)"), Wait: -1}
-	}
-	return out, nil
-}
-
 // TestOneShotsOrphanIsSettled: a backfill (a one-shot, in a process that is
 // not in the registry) wins a slot, but every reply of its claims is lost,
 // and it gives up on the slot. Nobody runs the slot and no replica learnt
@@ -175,7 +160,7 @@ func TestOneShotsOrphanIsSettled(t *testing.T) {
 		h.start("r1", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0)}), table)
 		time.Sleep(5 * time.Second)
 		past := time.Now().Truncate(time.Minute).Add(-10 * time.Minute)
-		s, err := scheduler.New(loseReplies{h.store}, registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0)}),
+		s, err := scheduler.New(loseWhile{Store: h.store}, registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0)}),
 			scheduler.WithJobs(table...), scheduler.WithReplicaID("cli"), scheduler.WithLogger(h.log.logger(0)))
 		if err != nil {
 			t.Fatal(err)

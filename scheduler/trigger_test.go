@@ -243,36 +243,44 @@ func TestRunManual(t *testing.T) {
 // its claim. Its slot must not run later than the caller could know of, nor
 // be left with no record: a claim that was never answered is recorded
 // missed, saying why, and runs only if it had won (its reply lost), once.
-// Two cases: the replica refuses to claim (its clock is 10 minutes off,
-// and set right a minute later), and every claim reply is lost while the
-// caller waits, which the first try won.
+// Three cases: the replica refuses to claim (its clock is 10 minutes off,
+// and set right a minute later); every claim reply is lost while the
+// caller waits, which the first try won; and Redis is away until the
+// caller gives up.
 func TestTriggerWhoseCallerGaveUp(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		offset time.Duration
-		lose   bool
-		runs   int
-		state  slot.State
+		name       string
+		offset     time.Duration
+		lose, down bool
+		runs       int
+		state      slot.State
 	}{
-		{"refused", 10 * time.Minute, false, 0, slot.StateMissed},
-		{"replies lost", 0, true, 1, slot.StateDone},
+		{"refused", 10 * time.Minute, false, false, 0, slot.StateMissed},
+		{"replies lost", 0, true, false, 1, slot.StateDone},
+		// Redis answers again as the caller gives up, before the claim's
+		// next try: that try must not win the slot.
+		{"Redis away", 0, false, true, 0, slot.StateMissed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bubble(t, func(t *testing.T, h *harness) {
 				m := &manualRuns{runs: map[string]int{}, by: map[string]string{}}
-				var lose atomic.Bool
+				var lose, down atomic.Bool
 				table := []scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *"}}
-				r := h.startWith("a", replicaOpts{offset: tc.offset, claimer: func(s *slotstore.Store) scheduler.Claimer { return loseWhile{s, &lose} }},
+				r := h.startWith("a", replicaOpts{offset: tc.offset, claimer: func(s *slotstore.Store) scheduler.Claimer {
+					return loseWhile{Store: s, lose: &lose, down: &down}
+				}},
 					registry(t, map[string]jobs.Func{"draw": m.fn(0)}), table)
 				time.Sleep(5 * time.Second)
 				synctest.Wait()
 				lose.Store(tc.lose)
+				down.Store(tc.down)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				g, err := r.s.Trigger(ctx, "draw", slot.Manual{ID: "redo", By: "ops"})
 				cancel()
 				if err == nil {
 					t.Fatalf("Trigger: %+v; want an error (its caller gave up before Redis answered)", g)
 				}
+				down.Store(false)
 				time.Sleep(time.Minute)
 				lose.Store(false)
 				r.clock.step(-tc.offset) // its clock is set right
