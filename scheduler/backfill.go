@@ -113,10 +113,7 @@ func checkManual(m slot.Manual) (slot.Manual, error) {
 	if err := slot.CheckManualID(m.ID); err != nil {
 		return m, err
 	}
-	if len(m.Note) > slot.MaxNote {
-		return m, fmt.Errorf("the note is %d bytes, more than %d", len(m.Note), slot.MaxNote)
-	}
-	return m, nil
+	return m, slot.CheckNote("the note", m.Note)
 }
 
 // job returns the table's job by name, or nil.

@@ -136,6 +136,16 @@ func CheckManualID(id string) error {
 	return nil
 }
 
+// CheckNote reports whether text, a manual slot's or a pause's note or who
+// asked (what names it in the error: "the note"), fits in MaxNote bytes:
+// every record of the slot, or of each paused slot, holds it.
+func CheckNote(what, text string) error {
+	if len(text) > MaxNote {
+		return fmt.Errorf("%s is %d bytes, more than %d", what, len(text), MaxNote)
+	}
+	return nil
+}
+
 // Outcome is the answer to one Claim.
 type Outcome string
 

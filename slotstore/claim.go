@@ -84,8 +84,9 @@ func checkManual(c slot.Claim) error {
 		return nil
 	case c.Kind != slot.ClaimManual && c.Kind != slot.ClaimTakeover && c.Kind != slot.ClaimExpire:
 		return fmt.Errorf("a %s claim cannot be for a manual slot", c.Kind)
-	case len(c.Manual.Note) > slot.MaxNote:
-		return fmt.Errorf("the note is %d bytes, more than %d", len(c.Manual.Note), slot.MaxNote)
+	}
+	if err := slot.CheckNote("the note", c.Manual.Note); err != nil {
+		return err
 	}
 	return slot.CheckManualID(c.Manual.ID)
 }

@@ -2,6 +2,7 @@ package slotstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -22,13 +23,11 @@ func (s *Store) Pause(ctx context.Context, job, note, by string) (bool, error) {
 	if err := checkJob(job); err != nil {
 		return false, fmt.Errorf("slotstore: pausing: %w", err)
 	}
-	switch {
-	case by == "":
+	if by == "" {
 		return false, fmt.Errorf("slotstore: pausing %s: say who pauses it (by)", job)
-	case len(by) > slot.MaxNote:
-		return false, fmt.Errorf("slotstore: pausing %s: by is %d bytes, more than %d", job, len(by), slot.MaxNote)
-	case len(note) > slot.MaxNote:
-		return false, fmt.Errorf("slotstore: pausing %s: the note is %d bytes, more than %d", job, len(note), slot.MaxNote)
+	}
+	if err := errors.Join(slot.CheckNote("by", by), slot.CheckNote("the note", note)); err != nil {
+		return false, fmt.Errorf("slotstore: pausing %s: %w", job, err)
 	}
 	n, err := pauseScript.Run(ctx, s.rdb, []string{s.stateKey(job), s.v1PausedKey(job)}, "pause", note, by).Int()
 	if err != nil {

@@ -92,8 +92,8 @@ func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, s *sch
 			var err error
 			if action == "pause" {
 				note := r.FormValue("note")
-				if len(note) > slot.MaxNote {
-					http.Error(w, fmt.Sprintf("the note is %d bytes, more than %d", len(note), slot.MaxNote), http.StatusBadRequest)
+				if err := slot.CheckNote("the note", note); err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
 					return
 				}
 				changed, err = store.Pause(ctx, job, note, "http "+r.RemoteAddr)
@@ -138,8 +138,8 @@ func trigger(ctx context.Context, w http.ResponseWriter, r *http.Request, s *sch
 			return
 		}
 	}
-	if len(m.Note) > slot.MaxNote {
-		http.Error(w, fmt.Sprintf("the note is %d bytes, more than %d", len(m.Note), slot.MaxNote), http.StatusBadRequest)
+	if err := slot.CheckNote("the note", m.Note); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	if s == nil {

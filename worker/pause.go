@@ -23,12 +23,12 @@ func pause(ctx context.Context, cfg *Config, rdb redis.UniversalClient, sub, job
 	for _, jc := range cfg.Jobs {
 		names = append(names, jc.Name)
 	}
-	switch {
-	case !slices.Contains(names, job):
+	if !slices.Contains(names, job) {
 		fmt.Fprintf(stderr, "worker %s: no job %q in the cron table; it has: %s\n", sub, job, strings.Join(names, ", "))
 		return 2
-	case len(note) > slot.MaxNote:
-		fmt.Fprintf(stderr, "worker pause: -note is %d bytes, more than %d\n", len(note), slot.MaxNote)
+	}
+	if err := slot.CheckNote("-note", note); err != nil {
+		fmt.Fprintf(stderr, "worker pause: %v\n", err)
 		return 2
 	}
 	if !reachable(ctx, cfg, rdb, sub, stderr) {
