@@ -251,7 +251,10 @@ jobs:
 			t.Errorf("slot %v: %+v (found %v, %v); want running by the backfill (its claim won, the reply was lost)", at.UTC(), rec, ok, err)
 		}
 	}
-	if n := rdb.LLen(context.Background(), "bfl:ran").Val(); n != 0 {
-		t.Errorf("%d runs; want none (no claim was answered won)", n)
+	// (The live worker runs the job's slots as they come: not these.)
+	for _, s := range rdb.LRange(context.Background(), "bfl:ran", 0, -1).Val() {
+		if s == strconv.FormatInt(from.Unix(), 10) || s == strconv.FormatInt(to.Unix(), 10) {
+			t.Errorf("slot %s ran; want no run (no claim was answered won)", s)
+		}
 	}
 }

@@ -167,6 +167,22 @@ jobs:
 		}
 		return false
 	}
+	// wonOn reports whether replica won the slot: its job ran there, or its
+	// lease was lost before the job could start (the claim's answer came
+	// late in the outage), which it logged. Either way its lease held the
+	// job in Redis.
+	wonOn := func(slotUnix int64, replica string) bool {
+		if ranOn(slotUnix, replica) {
+			return true
+		}
+		slotAttr := `"slotcron.slot":"` + time.Unix(slotUnix, 0).UTC().Format(time.RFC3339) + `"`
+		for _, line := range lines {
+			if strings.Contains(line, slotAttr) && strings.Contains(line, `"slotcron.replica":"`+replica+`"`) && strings.Contains(line, `"msg":"won slot not started"`) {
+				return true
+			}
+		}
+		return false
+	}
 	// aroundOutage says why rec, a slot's record other than done, is one
 	// that outage allows, or returns "".
 	aroundOutage := func(at time.Time, rec slot.Record) string {
@@ -180,15 +196,17 @@ jobs:
 			if _, err := fmt.Sscanf(rec.Error, "overlap: the run of slot %d on %s still holds the job", &held, &holder); err != nil {
 				return ""
 			}
-			if !ranOn(held, holder) {
+			if !wonOn(held, holder) {
 				return ""
 			}
 			return fmt.Sprintf("skipped: the run of slot %s on %s held the job", time.Unix(held, 0).Format(time.TimeOnly), holder)
 		case slot.StateAbandoned:
-			if !strings.Contains(rec.Error, "lost its lease") || !ranOn(at.Unix(), rec.Owner) {
-				return ""
+			switch {
+			case strings.Contains(rec.Error, "lost its lease") && ranOn(at.Unix(), rec.Owner):
+				return fmt.Sprintf("abandoned: its run started, and its owner %s could not renew its lease while no master answered", rec.Owner)
+			case strings.HasPrefix(rec.Error, "the job did not start") && strings.Contains(rec.Error, "lease lost") && wonOn(at.Unix(), rec.Owner):
+				return fmt.Sprintf("abandoned: its owner %s won it, but its lease was lost before the job could start", rec.Owner)
 			}
-			return fmt.Sprintf("abandoned: its run started, and its owner %s could not renew its lease while no master answered", rec.Owner)
 		}
 		return ""
 	}
