@@ -16,7 +16,8 @@ type Run struct {
 	// Job is the job's name.
 	Job string
 	// Slot is the scheduled time this run is for, from the cron expression;
-	// for a manual slot, when it was asked for.
+	// for a manual slot, when it was asked for: its record's time (its first
+	// claim, on Redis's clock), the same for every attempt.
 	Slot time.Time
 	// Manual is set when the run is of a manual slot (worker trigger,
 	// Scheduler.Trigger): its ID, who asked and their note. Its record is

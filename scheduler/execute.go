@@ -31,7 +31,7 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 	r.finisher.going.Add(1)
 	go func() {
 		defer r.jobsWG.Done()
-		state := r.execute(j, c.Manual, c.Ahead, lease, st)
+		state := r.execute(j, c.Ahead, lease, st)
 		r.finisher.going.Add(-1)
 		r.runs.remove(key)
 		r.ended(runEnded{job: j, claim: c, state: state})
@@ -42,7 +42,8 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 // (after the grace) or on lease loss, records the outcome and ends the slot's
 // trace. It returns the final state the run recorded (or tried to), or ""
 // when it left the slot running for a takeover.
-func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slot.Lease, st *slotTrace) slot.State {
+func (r *runner) execute(j *jobState, ahead bool, lease slot.Lease, st *slotTrace) slot.State {
+	manual := lease.Manual() // the record's: a retry attempt's claim names only the ID
 	run := jobs.Run{Job: j.Name, Slot: lease.Slot(), Attempt: lease.Attempt(), Fence: lease.Fence(),
 		Replica: r.self, Token: lease.Token(), RunID: lease.RunID(), Manual: manual}
 	defer st.end(ending{outcome: string(slot.OutcomeWon), holder: r.self, fence: run.Fence, attempt: run.Attempt})
@@ -62,7 +63,7 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slo
 		r.s.tel.lost(j.Name)
 		st.lost(cause)
 		log.Error("lease lost: the job's context is cancelled", "error", cause)
-		r.s.emit(slotEvent(EventLeaseLost, claimOf(j, manual, lease), run.Attempt, run.Fence, run.RunID, cause.Error()))
+		r.s.emit(slotEvent(EventLeaseLost, claimOf(j, lease), run.Attempt, run.Fence, run.RunID, cause.Error()))
 	})
 	ctx, cancel := context.WithCancelCause(lease.Context())
 	defer cancel(nil)
@@ -126,11 +127,11 @@ func (r *runner) execute(j *jobState, manual *slot.Manual, ahead bool, lease slo
 		}
 		switch state {
 		case slot.StateFailed:
-			e := slotEvent(EventFailed, claimOf(j, manual, lease), run.Attempt, run.Fence, run.RunID, text)
+			e := slotEvent(EventFailed, claimOf(j, lease), run.Attempt, run.Fence, run.RunID, text)
 			e.Result = result()
 			r.s.emit(e)
 		case slot.StateAbandoned:
-			r.s.emit(slotEvent(EventAbandoned, claimOf(j, manual, lease), run.Attempt, run.Fence, run.RunID, text))
+			r.s.emit(slotEvent(EventAbandoned, claimOf(j, lease), run.Attempt, run.Fence, run.RunID, text))
 		}
 	case errors.Is(ferr, slot.ErrDataLoss):
 		r.s.dataLoss("a finished run's slot record is gone", "slotcron.job", j.Name,
@@ -229,6 +230,6 @@ func outcome(err error, ctx context.Context, lease slot.Lease, policy OwnerLost)
 }
 
 // claimOf is the slot of a run, as a claim names it, for its events.
-func claimOf(j *jobState, manual *slot.Manual, lease slot.Lease) slot.Claim {
-	return slot.Claim{Job: j.Name, Slot: lease.Slot(), Manual: manual}
+func claimOf(j *jobState, lease slot.Lease) slot.Claim {
+	return slot.Claim{Job: j.Name, Slot: lease.Slot(), Manual: lease.Manual()}
 }

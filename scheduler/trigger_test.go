@@ -298,3 +298,55 @@ func TestTriggerWhoseCallerGaveUp(t *testing.T) {
 		})
 	}
 }
+
+// TestManualRetrySeesItsSlot: a manual slot whose owner is lost is retried
+// by another replica (on_owner_lost retry). The retry attempt is the same
+// manual slot: the job sees the same Slot as attempt 1 (the record's), and
+// the same Manual (ID, who asked and their note), not the takeover's time
+// and a bare ID.
+func TestManualRetrySeesItsSlot(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		runs := make(chan jobs.Run, 10)
+		fn := func(ctx context.Context, run jobs.Run) error {
+			runs <- run
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
+		table := []scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *", LeaseTTL: time.Second,
+			OnOwnerLost: scheduler.OwnerLostRetry, MaxAttempts: 2}}
+		grace := scheduler.WithShutdownGrace(100 * time.Millisecond)
+		a := h.start("a", registry(t, map[string]jobs.Func{"draw": fn}), table, grace)
+		h.start("b", registry(t, map[string]jobs.Func{"draw": fn}), table, grace)
+		synctest.Wait()
+
+		ask := slot.Manual{ID: "redo-noon", By: "ops@host", Note: "the noon draw failed"}
+		g, err := a.s.Trigger(context.Background(), "draw", ask)
+		if err != nil || g.Outcome != slot.OutcomeWon {
+			t.Fatalf("Trigger: %+v, %v", g, err)
+		}
+		first := <-runs
+		time.Sleep(3 * time.Second) // not on the second of the claim
+		a.net.freeze()
+		var second jobs.Run
+		select {
+		case second = <-runs:
+		case <-time.After(3 * time.Minute):
+			t.Fatal("no replica retried the manual slot")
+		}
+		if second.Replica != "b" || second.Attempt != 2 {
+			t.Fatalf("second run: %+v", second)
+		}
+		rec, ok, err := h.store.ManualRecord(context.Background(), "draw", ask.ID)
+		if err != nil || !ok {
+			t.Fatalf("record: %+v, %v, %v", rec, ok, err)
+		}
+		for _, run := range []jobs.Run{first, second} {
+			if run.Manual == nil || *run.Manual != ask {
+				t.Errorf("attempt %d saw Manual %+v, want %+v", run.Attempt, run.Manual, ask)
+			}
+			if !run.Slot.Equal(rec.Slot) {
+				t.Errorf("attempt %d saw Slot %v, want the record's %v", run.Attempt, run.Slot, rec.Slot)
+			}
+		}
+	})
+}

@@ -14,7 +14,12 @@ import (
 // ErrLeaseLost; after Finish it is cancelled with a nil cause.
 type Lease interface {
 	Job() string
+	// Slot is the slot's time: a manual slot's is its record's (when it
+	// was first claimed, on the store's clock), for every attempt.
 	Slot() time.Time
+	// Manual is a manual slot's ID, who asked and their note, as its
+	// record has them; nil for a scheduled slot.
+	Manual() *Manual
 	Replica() string
 	Token() string
 	// RunID names the run (the claim's RunID): a UUIDv7, public.

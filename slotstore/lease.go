@@ -25,7 +25,8 @@ type lease struct {
 	started   int64 // ms on Redis's clock, as the record has it
 	at        int64 // a manual slot's: when it was asked for, ms; 0 otherwise
 	by, note  string
-	allow     bool // the lease is the slot's own (overlap allow), not the job's
+	manualID  string // a manual slot's ID; "" for a scheduled slot
+	allow     bool   // the lease is the slot's own (overlap allow), not the job's
 	ttl       time.Duration
 	retention time.Duration
 	record    string
@@ -42,8 +43,15 @@ type won struct {
 
 func (s *Store) newLease(ctx context.Context, c slot.Claim, token string, fence int64, attempt int, w won, sent time.Time) *lease {
 	ref, record := s.target(c)
+	at, manualID := time.Unix(c.Slot.Unix(), 0), ""
+	if c.Manual != nil { // every attempt of a manual slot is at its record's time
+		manualID = c.Manual.ID
+		if w.at != 0 {
+			at = time.UnixMilli(w.at)
+		}
+	}
 	return &lease{
-		s: s, job: c.Job, slot: time.Unix(c.Slot.Unix(), 0).In(c.Slot.Location()), ref: ref, replica: c.Replica,
+		s: s, job: c.Job, slot: at.In(c.Slot.Location()), ref: ref, replica: c.Replica, manualID: manualID,
 		token: token, runID: w.runID, fence: fence, attempt: attempt, started: w.started, at: w.at, by: w.by, note: w.note,
 		allow: c.AllowOverlap, ttl: c.LeaseTTL, retention: c.Retention,
 		record: record, state: s.stateKey(c.Job),
@@ -69,6 +77,13 @@ func (l *lease) Attempt() int             { return l.attempt }
 func (l *lease) TTL() time.Duration       { return l.ttl }
 func (l *lease) Context() context.Context { return l.v.Context() }
 func (l *lease) Deadline() time.Time      { return l.v.Deadline() }
+
+func (l *lease) Manual() *slot.Manual {
+	if l.manualID == "" {
+		return nil
+	}
+	return &slot.Manual{ID: l.manualID, By: l.by, Note: l.note}
+}
 
 // own returns l as a lease of this store.
 func (s *Store) own(l slot.Lease) (*lease, error) {
