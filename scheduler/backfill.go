@@ -113,7 +113,7 @@ func checkManual(m slot.Manual) (slot.Manual, error) {
 	if err := slot.CheckManualID(m.ID); err != nil {
 		return m, err
 	}
-	return m, slot.CheckNote("the note", m.Note)
+	return m, errors.Join(slot.CheckNote("the note", m.Note), slot.CheckNote("by", m.By))
 }
 
 // job returns the table's job by name, or nil.

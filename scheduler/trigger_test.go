@@ -183,8 +183,9 @@ func TestTriggerBesideAScheduledSlot(t *testing.T) {
 	}
 }
 
-// TestTriggerIsChecked: an unknown job, a bad key and a Scheduler that is not
-// running are errors, before anything is sent.
+// TestTriggerIsChecked: an unknown job, a bad key, a note or who asked longer
+// than slot.MaxNote and a Scheduler that is not running are errors, before
+// anything is sent.
 func TestTriggerIsChecked(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		fns := map[string]jobs.Func{"tick": func(context.Context, jobs.Run) error { return nil }}
@@ -196,6 +197,12 @@ func TestTriggerIsChecked(t *testing.T) {
 		}
 		if _, err := r.s.Trigger(context.Background(), "tick", slot.Manual{ID: "has space"}); err == nil {
 			t.Error("Trigger with a bad key")
+		}
+		long := strings.Repeat("n", slot.MaxNote+1)
+		for _, m := range []slot.Manual{{Note: long}, {By: long}} {
+			if _, err := r.s.Trigger(context.Background(), "tick", m); err == nil || !strings.Contains(err.Error(), "1025 bytes, more than 1024") {
+				t.Errorf("Trigger with %d bytes of note and %d of by: %v", len(m.Note), len(m.By), err)
+			}
 		}
 		r.stop()
 		if _, err := r.s.Trigger(context.Background(), "tick", slot.Manual{}); !errors.Is(err, scheduler.ErrNotRunning) {

@@ -112,11 +112,12 @@ type Claim struct {
 // record, and runs nothing.
 type Manual struct {
 	ID   string // the idempotency key, or a UUIDv7; see CheckManualID
-	By   string // who asked (user@host)
-	Note string // why, as they wrote it
+	By   string // who asked (user@host), at most MaxNote bytes
+	Note string // why, as they wrote it, at most MaxNote bytes
 }
 
-// MaxManualID and MaxNote bound a manual slot's ID and note.
+// MaxManualID and MaxNote bound a manual slot's ID, and its note and who
+// asked.
 const (
 	MaxManualID = 128
 	MaxNote     = 1024

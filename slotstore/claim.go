@@ -74,8 +74,8 @@ func (s *Store) group(claims []slot.Claim) [][]int {
 }
 
 // checkManual checks that a claim is manual exactly when its kind says so
-// (a takeover or an expire claim may be either), and the manual slot's ID
-// and note.
+// (a takeover or an expire claim may be either), and the manual slot's ID,
+// note and who asked.
 func checkManual(c slot.Claim) error {
 	switch {
 	case c.Kind == slot.ClaimManual && c.Manual == nil:
@@ -85,7 +85,7 @@ func checkManual(c slot.Claim) error {
 	case c.Kind != slot.ClaimManual && c.Kind != slot.ClaimTakeover && c.Kind != slot.ClaimExpire:
 		return fmt.Errorf("a %s claim cannot be for a manual slot", c.Kind)
 	}
-	if err := slot.CheckNote("the note", c.Manual.Note); err != nil {
+	if err := errors.Join(slot.CheckNote("the note", c.Manual.Note), slot.CheckNote("by", c.Manual.By)); err != nil {
 		return err
 	}
 	return slot.CheckManualID(c.Manual.ID)

@@ -170,6 +170,9 @@ func TestManualClaimsAreChecked(t *testing.T) {
 	c = manual("m", "k", "r1")
 	c.Manual.Note = strings.Repeat("n", slot.MaxNote+1)
 	bad["long note"] = c
+	c = manual("m", "k", "r1")
+	c.Manual.By = strings.Repeat("b", slot.MaxNote+1)
+	bad["long by"] = c
 	c = live("m", time.Now(), "r1")
 	c.Manual = &slot.Manual{ID: "k"}
 	bad["live claim with Manual"] = c

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -77,6 +78,9 @@ func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, s *sch
 				http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
 				return
 			}
+			if !readForm(w, r) {
+				return
+			}
 			job := r.PathValue("job")
 			if _, ok := schedules[job]; !ok {
 				http.Error(w, fmt.Sprintf("no job %q in the cron table", job), http.StatusNotFound)
@@ -114,6 +118,33 @@ func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, s *sch
 	mux.HandleFunc("POST /admin/jobs/{job}/pause", admin("pause"))
 	mux.HandleFunc("POST /admin/jobs/{job}/resume", admin("resume"))
 	mux.HandleFunc("POST /admin/jobs/{job}/trigger", admin("trigger"))
+}
+
+// maxAdminForm bounds an admin request's form: a key, and a note of
+// slot.MaxNote bytes even if every byte is escaped (3 each), fit.
+const maxAdminForm = 8 << 10
+
+// readForm reads r's form, at most maxAdminForm bytes of it, and answers
+// 413 or 400 and returns false when it cannot: a form read in part would
+// be taken with fields missing (FormValue hides the error).
+func readForm(w http.ResponseWriter, r *http.Request) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxAdminForm)
+	err := r.ParseForm() // first: ParseMultipartForm drops its error when the form is not multipart
+	if err == nil {
+		if err = r.ParseMultipartForm(maxAdminForm); errors.Is(err, http.ErrNotMultipart) {
+			err = nil
+		}
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		http.Error(w, fmt.Sprintf("the form is larger than %d bytes", maxAdminForm), http.StatusRequestEntityTooLarge)
+		return false
+	case err != nil:
+		http.Error(w, "the form cannot be read: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
 }
 
 // triggerView is the answer to POST /admin/jobs/{job}/trigger.

@@ -1,9 +1,11 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,7 +19,8 @@ import (
 
 // TestAdminEndpoints: pause and resume over HTTP need the bearer token from
 // SLOTCRON_ADMIN_TOKEN, and are off without one; GET /jobs stays open. A
-// pause's note longer than slot.MaxNote is refused with 400.
+// pause's note longer than slot.MaxNote is refused with 400, and a form
+// larger than maxAdminForm with 413.
 func TestAdminEndpoints(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
@@ -87,6 +90,28 @@ func TestAdminEndpoints(t *testing.T) {
 	if code, body := do(on.URL, "POST", "/admin/jobs/lottery/pause", "Bearer s3cret", long); code != http.StatusBadRequest ||
 		!strings.Contains(body, "the note is 1025 bytes, more than 1024") || paused() {
 		t.Fatalf("a note of %d bytes: %d %q, paused %v; want 400 and no pause", slot.MaxNote+1, code, body, paused())
+	}
+	// A body past the bound is refused whole, not read to 10 MB nor
+	// taken in part: past 10 MB, FormValue would have given an empty note.
+	big := url.Values{"note": {"migration"}, "pad": {strings.Repeat("x", 64<<10)}}
+	for _, action := range []string{"pause", "trigger"} {
+		if code, body := do(on.URL, "POST", "/admin/jobs/lottery/"+action, "Bearer s3cret", big); code != http.StatusRequestEntityTooLarge ||
+			!strings.Contains(body, "the form is larger than 8192 bytes") || paused() {
+			t.Fatalf("%s with a body of %d bytes: %d %q, paused %v; want 413 and no pause", action, len(big.Encode()), code, body, paused())
+		}
+	}
+	var multi bytes.Buffer
+	mw := multipart.NewWriter(&multi)
+	mw.WriteField("note", "migration")
+	mw.WriteField("pad", strings.Repeat("x", 64<<10))
+	mw.Close()
+	req, _ := http.NewRequest("POST", on.URL+"/admin/jobs/lottery/pause", &multi)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("Authorization", "Bearer s3cret")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge || paused() {
+		t.Fatalf("a multipart body of %d bytes: %v %v, paused %v; want 413 and no pause", multi.Len(), resp, err, paused())
+	} else {
+		resp.Body.Close()
 	}
 	if code, body := do(on.URL, "POST", "/admin/jobs/lottery/pause", "Bearer s3cret", note); code != http.StatusOK || !strings.Contains(body, `"changed":true`) || !paused() {
 		t.Fatalf("right token: %d %q, paused %v", code, body, paused())
