@@ -45,6 +45,10 @@ type Lease struct {
 	watching  bool
 	stopWatch chan struct{}
 	watchDone chan struct{}
+	// rearm tells the watchdog that Extend has set a new TTL: its next
+	// renewal is due a third of that from now. 1-buffered; a full one
+	// already says so.
+	rearm chan struct{}
 
 	releaseOnce sync.Once
 	releaseErr  error
@@ -73,6 +77,7 @@ func newLease(h hold, key, token string, fence int64, ttl time.Duration, sentAt 
 		ttl:       ttl,
 		stopWatch: make(chan struct{}),
 		watchDone: make(chan struct{}),
+		rearm:     make(chan struct{}, 1),
 	}
 }
 
@@ -118,7 +123,8 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 // Extend sets the key's TTL to ttl, if the key still holds this lease's token,
-// and makes ttl the period the watchdog renews for. It returns ErrNotHeld, and
+// and makes ttl the period the watchdog renews for: its next renewal is due
+// ttl/3 after Extend's, whatever the old TTL was. It returns ErrNotHeld, and
 // ends the lease as lost, when the token check fails. One round trip, once a
 // renewal in flight (the watchdog's, or another Extend's) has been answered;
 // it blocks until Redis answers or ctx ends, and returns ErrNotHeld if the
@@ -150,6 +156,10 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l.mu.Lock()
 	l.ttl = ttl
 	l.mu.Unlock()
+	select {
+	case l.rearm <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -214,6 +224,9 @@ func (l *Lease) watch() {
 			return
 		case <-l.v.Context().Done():
 			return
+		case <-l.rearm: // a shorter TTL must not wait out the old period
+			timer.Reset(l.renewPeriod())
+			continue
 		case <-timer.C:
 		}
 		if !l.takeTurn(l.stopWatch) {

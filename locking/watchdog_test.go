@@ -45,6 +45,27 @@ func tokenAt(rdb *redis.Client, key, token string) func() error {
 	}
 }
 
+// TestWatchdogFollowsAShorterExtend: Extend makes its TTL the one the
+// watchdog renews for, and the watchdog's next renewal comes a third of it
+// later, not a third of the old TTL later: after a long lease is cut to
+// keepAliveTTL, the key must still hold the token over three of them.
+func TestWatchdogFollowsAShorterExtend(t *testing.T) {
+	srv, rdb, lk := setup(t)
+	ctx := context.Background()
+	key := srv.Key("cut")
+	l, err := lk.Obtain(ctx, key, 30*keepAliveTTL, locking.WithWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx, keepAliveTTL); err != nil {
+		t.Fatal(err)
+	}
+	keptAlive(t, l, 3*keepAliveTTL, tokenAt(rdb, key, l.Token()))
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
 func TestLossDetectedWithinOneTTL(t *testing.T) {
 	const ttl = keepAliveTTL // load cannot end the lease before the fault
 	faults := map[string]func(ctx context.Context, rdb *redis.Client, key string) error{
