@@ -342,6 +342,9 @@ func (s *Scheduler) Trigger(ctx context.Context, job string, m slot.Manual) (Tri
 	t := Triggered{Manual: m, Slot: req.at}
 	select {
 	case res := <-req.reply:
+		if res.Err != nil { // refused by the store
+			return t, fmt.Errorf("scheduler: Trigger: %w", res.Err)
+		}
 		t.Outcome, t.Holder, t.State, t.Reason = res.Outcome, res.Holder, res.State, res.Reason
 		if res.Outcome == slot.OutcomeWon {
 			t.RunID = res.Lease.RunID()

@@ -517,11 +517,15 @@ func (r *runner) claimBatch(ctx context.Context, batch []*pending) (answered boo
 	cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
 	results, err := r.s.claimer.Claim(cctx, claims)
 	cancel()
-	if err != nil { // the batch itself was invalid: a bug, not Redis
-		r.log.Error("claim batch refused", "error", err)
+	if err != nil { // the batch itself was refused, nothing sent: a bug, not Redis
 		for _, st := range traces {
 			st.end(ending{outcome: outcomeError, err: err})
 		}
+		if len(batch) > 1 { // in halves, until the claims it refused are alone: the others must still go
+			first := r.claimBatch(ctx, batch[:len(batch)/2])
+			return r.claimBatch(ctx, batch[len(batch)/2:]) && first
+		}
+		r.refused(batch[0], err)
 		return false
 	}
 	answered = true
@@ -545,6 +549,22 @@ func (r *runner) claimBatch(ctx context.Context, batch []*pending) (answered boo
 			"claims", early, "max_skew", r.s.cfg.maxSkew.String())
 	}
 	return answered
+}
+
+// refused gives up a claim that the store refused as invalid, on its own: a
+// bug, which no retry mends. Its slot is left with no record; a Trigger's
+// caller gets the error.
+func (r *runner) refused(p *pending, err error) {
+	r.s.tel.claimed(p.job.metrics, outcomeError)
+	attrs := []any{"slotcron.job", p.job.Name, "slotcron.slot", p.claim.Slot.UTC().Format(time.RFC3339), "claim", p.claim.Kind.String(), "error", err}
+	if p.claim.Manual != nil {
+		attrs = append(attrs, "slotcron.manual_id", p.claim.Manual.ID)
+	}
+	r.log.Error("claim refused by the store as invalid, and not sent: the slot is left with no record (a bug; please report it)", attrs...)
+	if p.reply != nil {
+		p.reply <- slot.Result{Err: err, Wait: -1} // 1-buffered, and sent once
+		p.reply = nil
+	}
 }
 
 // apply carries out decide's decision on the answer to one claim. A won slot's
