@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
@@ -65,6 +69,76 @@ func TestARefusedClaimDoesNotTakeItsBatchDown(t *testing.T) {
 		_, err := r.s.Trigger(ctx, "bad", slot.Manual{})
 		if err == nil || !strings.Contains(err.Error(), "refuseJob") {
 			t.Fatalf("Trigger of the refused job: %v, want the store's error", err)
+		}
+	})
+}
+
+// renewAfterFinish holds its first renewal until the run it renews has
+// finished: the renewal then reaches Redis after the run's finish.
+type renewAfterFinish struct {
+	*slotstore.Store
+	once               *sync.Once
+	renewing, finished chan struct{}
+}
+
+func (r renewAfterFinish) Renew(ctx context.Context, leases []slot.Lease) []error {
+	first := false
+	r.once.Do(func() { first = true; close(r.renewing) })
+	if first {
+		<-r.finished
+	}
+	return r.Store.Renew(ctx, leases)
+}
+
+func (r renewAfterFinish) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
+	errs := r.Store.Finish(ctx, reqs)
+	select {
+	case <-r.finished:
+	default:
+		close(r.finished)
+	}
+	return errs
+}
+
+// TestARenewalAfterTheFinishIsNoLoss: a renewal in flight when its run
+// finishes reaches Redis after the finish, and is refused: the record is
+// no longer running. That is not a lost lease, and must not be counted as
+// one (slotcron.lease_renewals{result="lost"} is what operators alert on).
+func TestARenewalAfterTheFinishIsNoLoss(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		wrap := renewAfterFinish{once: &sync.Once{}, renewing: make(chan struct{}), finished: make(chan struct{})}
+		fns := map[string]jobs.Func{"j": func(ctx context.Context, run jobs.Run) error {
+			<-wrap.renewing // returns while its renewal is in flight
+			return nil
+		}}
+		metrics := sdkmetric.NewManualReader()
+		r := h.startWith("r1", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { wrap.Store = s; return wrap }},
+			registry(t, fns), []scheduler.Job{{Name: "j", Schedule: "0 0 12 * * *", LeaseTTL: time.Second}},
+			scheduler.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))))
+		synctest.Wait()
+		if _, err := r.s.Trigger(context.Background(), "j", slot.Manual{}); err != nil {
+			t.Fatal(err)
+		}
+		<-wrap.finished
+		time.Sleep(time.Second)
+		synctest.Wait()
+		var rm metricdata.ResourceMetrics
+		if err := metrics.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		results := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "slotcron.lease_renewals" {
+					for _, dp := range sum.DataPoints {
+						v, _ := dp.Attributes.Value("result")
+						results[v.AsString()] += dp.Value
+					}
+				}
+			}
+		}
+		if results["lost"] != 0 {
+			t.Fatalf("lease renewals by result: %v; want no loss", results)
 		}
 	})
 }

@@ -50,6 +50,14 @@ func (rn *renewer) remove(l slot.Lease) {
 	rn.mu.Unlock()
 }
 
+// has reports whether l is still renewed: its run has not returned.
+func (rn *renewer) has(l slot.Lease) bool {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	_, ok := rn.leases[l]
+	return ok
+}
+
 // loop renews until ctx ends. After a failed round it tries again sooner, so
 // that a short network fault costs no lease.
 func (rn *renewer) loop(ctx context.Context) {
@@ -96,6 +104,10 @@ func (rn *renewer) renewAll(ctx context.Context) bool {
 			rn.mu.Unlock()
 			rn.s.tel.renewal("renewed")
 			hs[i].trace.renewed(l, n)
+		case errors.Is(err, slot.ErrLeaseLost) && !errors.Is(err, slot.ErrDataLoss) && !rn.has(l):
+			// The run returned while this renewal was in flight, and was
+			// finished before it ran: no loss. (A loss it had not seen
+			// yet, its finish finds.)
 		case errors.Is(err, slot.ErrLeaseLost):
 			rn.remove(l) // the run records the loss itself
 			rn.s.tel.renewal("lost")
