@@ -39,8 +39,12 @@ type Lease struct {
 	// ends, when Release stops the watchdog, or when the lease ends.
 	turn chan struct{}
 
-	mu        sync.Mutex
-	ttl       time.Duration
+	mu  sync.Mutex
+	ttl time.Duration
+	// unsure is the TTL of an Extend that got no answer, shorter than ttl:
+	// Redis may have set it. The watchdog renews within a third of it,
+	// until a renewal is confirmed. 0 for none.
+	unsure    time.Duration
 	released  bool
 	watching  bool
 	stopWatch chan struct{}
@@ -128,7 +132,10 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // ends the lease as lost, when the token check fails. One round trip, once a
 // renewal in flight (the watchdog's, or another Extend's) has been answered;
 // it blocks until Redis answers or ctx ends, and returns ErrNotHeld if the
-// lease ends while it waits.
+// lease ends while it waits. An Extend that gets no answer (ctx ended, the
+// network failed) may still have run in Redis: the lease then counts on the
+// shorter of the two TTLs, ending by ttl after the send unless a renewal is
+// confirmed first, and the watchdog renews within a third of it.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL("Extend", ttl); err != nil {
 		return err
@@ -148,19 +155,31 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	ok, err := l.extend(ctx, ttl)
 	if err != nil {
-		return fmt.Errorf("locking: Extend %q: %w", l.key, err)
+		l.mu.Lock()
+		if ttl < l.ttl && (l.unsure == 0 || ttl < l.unsure) {
+			l.unsure = ttl
+		}
+		l.mu.Unlock()
+		l.rearmWatchdog()
+		return fmt.Errorf("locking: Extend %q: %w (Redis may have set the TTL: the lease counts on it)", l.key, err)
 	}
 	if !ok {
 		return ErrNotHeld
 	}
 	l.mu.Lock()
-	l.ttl = ttl
+	l.ttl, l.unsure = ttl, 0
 	l.mu.Unlock()
+	l.rearmWatchdog()
+	return nil
+}
+
+// rearmWatchdog tells the watchdog, if it runs, to arm its timer for its
+// renewal period from now.
+func (l *Lease) rearmWatchdog() {
 	select {
 	case l.rearm <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // takeTurn waits until no other renewal of l is in flight and takes the turn;
@@ -178,12 +197,14 @@ func (l *Lease) takeTurn(stop <-chan struct{}) bool {
 func (l *Lease) giveTurn() { <-l.turn }
 
 // extend runs the token-checked PEXPIRE and updates the validity: ok is true
-// when Redis confirmed; a failed token check ends the lease as lost. The
-// caller holds the turn.
+// when Redis confirmed; a failed token check ends the lease as lost; with no
+// answer, the proof ends no later than ttl after the send, which Redis may
+// have set. The caller holds the turn.
 func (l *Lease) extend(ctx context.Context, ttl time.Duration) (ok bool, err error) {
 	sent := time.Now()
 	ok, err = l.hold.extend(ctx, ttl)
 	if err != nil {
+		l.v.Shorten(sent, ttl)
 		return false, err
 	}
 	if !ok {
@@ -244,6 +265,11 @@ func (l *Lease) watch() {
 		if err != nil {
 			l.v.Failed(err) // before a later renewal's confirmation clears it
 		}
+		if ok {
+			l.mu.Lock()
+			l.unsure = 0 // Redis has this renewal's TTL now
+			l.mu.Unlock()
+		}
 		l.giveTurn()
 		switch {
 		case err != nil:
@@ -259,6 +285,9 @@ func (l *Lease) watch() {
 func (l *Lease) renewPeriod() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.unsure > 0 {
+		return l.unsure / 3
+	}
 	return l.ttl / 3
 }
 

@@ -385,3 +385,61 @@ func (c *doneWatch) Done() <-chan struct{} {
 	}
 	return c.Context.Done()
 }
+
+// loseExtendReply runs the commands of a context marked extendCall in
+// Redis and loses their answers: a reply lost on the network.
+type loseExtendReply struct{}
+
+func (loseExtendReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (loseExtendReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (loseExtendReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && ctx.Value(extendCall{}) != nil {
+			err = errors.New("loseExtendReply: i/o timeout (the reply was lost)")
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+// TestAnExtendWithNoAnswerShortensTheLease: an Extend to a shorter TTL whose
+// answer is lost may have run in Redis. Without a watchdog, the lease's proof
+// of ownership must then end before the key can expire, not at the old TTL;
+// with one, the watchdog must renew before the shorter TTL runs out.
+func TestAnExtendWithNoAnswerShortensTheLease(t *testing.T) {
+	for _, watchdog := range []bool{false, true} {
+		t.Run(fmt.Sprintf("watchdog=%v", watchdog), func(t *testing.T) {
+			srv, rdb, lk := setup(t)
+			rdb.AddHook(loseExtendReply{})
+			ctx := context.Background()
+			key := srv.Key("unsure")
+			var opts []locking.Option
+			if watchdog {
+				opts = append(opts, locking.WithWatchdog())
+			}
+			l, err := lk.Obtain(ctx, key, 30*keepAliveTTL, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			if err := l.Extend(context.WithValue(ctx, extendCall{}, true), keepAliveTTL); err == nil {
+				t.Fatal("Extend with its answer lost returned nil")
+			}
+			if watchdog {
+				keptAlive(t, l, 3*keepAliveTTL, tokenAt(rdb, key, l.Token()))
+				return
+			}
+			for start := time.Now(); rdb.Exists(ctx, key).Val() == 1; time.Sleep(5 * time.Millisecond) {
+				if time.Since(start) > 10*keepAliveTTL {
+					t.Fatal("the Extend did not run in Redis")
+				}
+			}
+			if gone := time.Now(); l.Deadline().After(gone) {
+				t.Fatalf("the key expired while the lease claimed ownership until %v later", l.Deadline().Sub(gone).Round(time.Millisecond))
+			}
+		})
+	}
+}

@@ -77,6 +77,18 @@ func (v *Timer) Extend(sentAt time.Time, ttl time.Duration) {
 	v.timer.Reset(time.Until(v.until))
 }
 
+// Shorten moves the end back to sentAt + SafeTTL(ttl) if that is sooner: for
+// a request that set ttl and got no answer, which Redis may have run. Like
+// Extend, it does nothing once the Timer has ended.
+func (v *Timer) Shorten(sentAt time.Time, ttl time.Duration) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if u := sentAt.Add(SafeTTL(ttl)); v.ctx.Err() == nil && u.Before(v.until) {
+		v.until = u
+		v.timer.Reset(time.Until(u))
+	}
+}
+
 // Failed records a renewal that got no answer; ownership stays proven until
 // the time runs out, and the cause then names err.
 func (v *Timer) Failed(err error) {
