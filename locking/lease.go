@@ -253,6 +253,10 @@ func (l *Lease) watch() {
 		if !l.takeTurn(l.stopWatch) {
 			return
 		}
+		select {
+		case <-l.rearm: // an Extend that had the turn before: this renewal arms the timer itself
+		default:
+		}
 		// The TTL and the deadline are read under the turn: an Extend that
 		// had it before has set both.
 		l.mu.Lock()

@@ -443,3 +443,78 @@ func TestAnExtendWithNoAnswerShortensTheLease(t *testing.T) {
 		})
 	}
 }
+
+// planHook delays, and may fail, the renewals (extend script calls) sent
+// once armed, by the order they are sent in: plan(n) for the nth.
+type planHook struct {
+	armed atomic.Bool
+	n     atomic.Int32
+	plan  func(n int) (delay time.Duration, fail bool)
+}
+
+func (h *planHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *planHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		_, ms := args[len(args)-1].(int64)
+		if !h.armed.Load() || !ms || len(args) != 6 { // EVAL(SHA) extend 1 key token ttl
+			return next(ctx, cmd)
+		}
+		delay, fail := h.plan(int(h.n.Add(1) - 1))
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		if fail {
+			err := errors.New("planHook: i/o timeout")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestARenewalRetryIsNotPutOffByAnExtend: the watchdog's timer fires while
+// an Extend is in flight; the watchdog renews after it, and that renewal
+// fails on the network. Its retry is due a tenth of the TTL later, before
+// the lease runs out, and the Extend's signal to re-arm the timer (for a
+// third of the TTL) must not put it off past that: Redis answers again by
+// then, so the lease must live.
+func TestARenewalRetryIsNotPutOffByAnExtend(t *testing.T) {
+	const ttl = 6 * keepAliveTTL // renewals due every 2s; a retry 0.3 to 0.6s after a failure
+	srv, rdb, lk := setup(t)
+	h := &planHook{plan: func(n int) (time.Duration, bool) {
+		switch n {
+		case 0: // the Extend at 1s: answered at 2.5s, after the watchdog's timer (2s)
+			return ttl / 4, false
+		case 1: // the watchdog's renewal at 2.5s fails at 5.5s; its retry is due by 6.1s
+			return ttl / 2, true
+		}
+		return 0, false
+	}}
+	rdb.AddHook(h)
+	ctx := context.Background()
+	l, err := lk.Obtain(ctx, srv.Key("retry"), ttl, locking.WithWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := l.Extend(ctx, ttl); err != nil { // Redis has the script now: one call per renewal
+		t.Fatal(err)
+	}
+	h.armed.Store(true)
+	time.Sleep(ttl / 6)
+	if err := l.Extend(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done(): // without the retry, at about 6.9s
+		t.Fatalf("lease lost though Redis answered again after the failed renewal: %v", context.Cause(l.Context()))
+	case <-time.After(ttl + ttl/2):
+	}
+}
