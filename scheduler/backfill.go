@@ -279,7 +279,7 @@ var ErrNotRunning = errors.New("scheduler: not running")
 // answer to its claim on this replica.
 type Triggered struct {
 	Manual  slot.Manual
-	Slot    time.Time    // when it was asked for, on this replica's clock
+	Slot    time.Time    // won: the run's Slot, its record's (Redis's clock); else when it was asked for, on this replica's clock
 	Outcome slot.Outcome // won: this replica runs it; lost: it has a record (asked for before); skipped; paused
 	Holder  string       // lost: the record's owner; skipped: the replica whose run holds the job
 	State   slot.State   // lost: the record's state
@@ -347,7 +347,7 @@ func (s *Scheduler) Trigger(ctx context.Context, job string, m slot.Manual) (Tri
 		}
 		t.Outcome, t.Holder, t.State, t.Reason = res.Outcome, res.Holder, res.State, res.Reason
 		if res.Outcome == slot.OutcomeWon {
-			t.RunID = res.Lease.RunID()
+			t.RunID, t.Slot = res.Lease.RunID(), res.Lease.Slot()
 		}
 		return t, nil
 	case <-s.loopDone:

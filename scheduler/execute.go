@@ -22,6 +22,7 @@ const finishTimeout = 5 * time.Second
 // from now on.
 func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrace) {
 	st.startRun()
+	st.manualRun(lease)
 	// From here until its outcome is recorded the slot is this run's: the
 	// reads of the running slots and this replica's takeovers leave it alone.
 	key := targetOf(c).key(j.Name)
@@ -31,18 +32,18 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 	r.finisher.going.Add(1)
 	go func() {
 		defer r.jobsWG.Done()
-		state := r.execute(j, c.Ahead, lease, st)
+		state := r.execute(j, c.Slot, c.Ahead, lease, st)
 		r.finisher.going.Add(-1)
 		r.runs.remove(key)
 		r.ended(runEnded{job: j, claim: c, state: state})
 	}()
 }
 
-// execute runs the job under a context that ends on timeout, on shutdown
+// execute runs the job, due at due on this replica's clock, under a context that ends on timeout, on shutdown
 // (after the grace) or on lease loss, records the outcome and ends the slot's
 // trace. It returns the final state the run recorded (or tried to), or ""
 // when it left the slot running for a takeover.
-func (r *runner) execute(j *jobState, ahead bool, lease slot.Lease, st *slotTrace) slot.State {
+func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Lease, st *slotTrace) slot.State {
 	manual := lease.Manual() // the record's: a retry attempt's claim names only the ID
 	run := jobs.Run{Job: j.Name, Slot: lease.Slot(), Attempt: lease.Attempt(), Fence: lease.Fence(),
 		Replica: r.self, Token: lease.Token(), RunID: lease.RunID(), Manual: manual}
@@ -92,7 +93,7 @@ func (r *runner) execute(j *jobState, ahead bool, lease slot.Lease, st *slotTrac
 		err = fmt.Errorf("the job did not start: its context ended before it could: %w", err)
 		log.Warn("won slot not started", "error", err)
 	} else {
-		delay := r.clock.Now().Sub(run.Slot)
+		delay := r.clock.Now().Sub(due) // on this replica's clock: a manual slot's run.Slot is on Redis's
 		r.s.tel.dispatched(j.metrics, delay)
 		st.jobStarted(delay)
 		if log.Enabled(context.Background(), slog.LevelInfo) { // a Duration's String costs; most tables log no INFO

@@ -156,6 +156,20 @@ func (st *slotTrace) answered(res slot.Result, err error) {
 	span.End()
 }
 
+// manualRun sets the root span's slot, and who asked, from a manual slot's
+// lease: its record's, which the claim, made before Redis answered (or a
+// takeover's), does not know.
+func (st *slotTrace) manualRun(l slot.Lease) {
+	m := l.Manual()
+	if m == nil || !st.span.IsRecording() {
+		return
+	}
+	st.span.SetAttributes(attrSlot.String(l.Slot().UTC().Format(time.RFC3339)), attrManual.String(m.ID))
+	if m.By != "" {
+		st.span.SetAttributes(attrManualBy.String(m.By))
+	}
+}
+
 // startRun starts the job.run span and returns its context.
 func (st *slotTrace) startRun() context.Context {
 	st.runCtx, st.run = st.tel.tracer.Start(st.ctx, "job.run")

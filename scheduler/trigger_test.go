@@ -10,6 +10,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
 	"github.com/slotcron/slotcron/slot"
@@ -323,7 +326,9 @@ func TestManualRetrySeesItsSlot(t *testing.T) {
 			OnOwnerLost: scheduler.OwnerLostRetry, MaxAttempts: 2}}
 		grace := scheduler.WithShutdownGrace(100 * time.Millisecond)
 		a := h.start("a", registry(t, map[string]jobs.Func{"draw": fn}), table, grace)
-		h.start("b", registry(t, map[string]jobs.Func{"draw": fn}), table, grace)
+		spans := tracetest.NewSpanRecorder()
+		b := h.start("b", registry(t, map[string]jobs.Func{"draw": fn}), table, grace,
+			scheduler.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))))
 		synctest.Wait()
 
 		ask := slot.Manual{ID: "redo-noon", By: "ops@host", Note: "the noon draw failed"}
@@ -354,6 +359,84 @@ func TestManualRetrySeesItsSlot(t *testing.T) {
 			if !run.Slot.Equal(rec.Slot) {
 				t.Errorf("attempt %d saw Slot %v, want the record's %v", run.Attempt, run.Slot, rec.Slot)
 			}
+		}
+		// So does attempt 2's trace on b, whose claim was the takeover's.
+		b.stop()
+		want := map[string]string{"slotcron.slot": rec.Slot.UTC().Format(time.RFC3339), "slotcron.manual_by": ask.By}
+		found := false
+		for _, s := range spans.Ended() {
+			attrs := map[string]string{}
+			for _, a := range s.Attributes() {
+				attrs[string(a.Key)] = a.Value.Emit()
+			}
+			if s.Parent().IsValid() || attrs["slotcron.manual_id"] != ask.ID || !strings.HasSuffix(s.Name(), " won") {
+				continue
+			}
+			found = true
+			for k, v := range want {
+				if attrs[k] != v {
+					t.Errorf("attempt 2's root span %q: %s %q, want %q", s.Name(), k, attrs[k], v)
+				}
+			}
+		}
+		if !found {
+			t.Error("no root span of attempt 2 on b")
+		}
+	})
+}
+
+// TestAManualSlotHasOneTime: a manual slot's time is its record's (its first
+// claim, on Redis's clock), and a replica whose clock is 1.5 s behind Redis
+// (within max_skew) must say so everywhere: Trigger's answer, the run, the
+// slot's root span. Its dispatch delay is measured on the replica's own
+// clock, from the ask: never negative.
+func TestAManualSlotHasOneTime(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		runs := make(chan jobs.Run, 1)
+		fns := map[string]jobs.Func{"draw": func(_ context.Context, run jobs.Run) error { runs <- run; return nil }}
+		spans := tracetest.NewSpanRecorder()
+		r := h.startWith("a", replicaOpts{offset: -1500 * time.Millisecond}, registry(t, fns),
+			[]scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *"}},
+			scheduler.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))))
+		synctest.Wait()
+		time.Sleep(1200 * time.Millisecond) // Redis at 00:00:01.2, the replica at 23:59:59.7
+		g, err := r.s.Trigger(context.Background(), "draw", slot.Manual{ID: "one-time", By: "ops@host"})
+		if err != nil || g.Outcome != slot.OutcomeWon {
+			t.Fatalf("Trigger: %+v, %v", g, err)
+		}
+		run := <-runs
+		synctest.Wait()
+		rec, ok, err := h.store.ManualRecord(context.Background(), "draw", "one-time")
+		if err != nil || !ok {
+			t.Fatalf("record: %+v, %v, %v", rec, ok, err)
+		}
+		if !run.Slot.Equal(rec.Slot) || !g.Slot.Equal(rec.Slot) {
+			t.Errorf("the run's Slot %v and Trigger's %v, want the record's %v", run.Slot, g.Slot, rec.Slot)
+		}
+		want := rec.Slot.UTC().Format(time.RFC3339)
+		var root, delays int
+		for _, s := range spans.Ended() {
+			for _, a := range s.Attributes() {
+				if a.Key == "slotcron.slot" && !s.Parent().IsValid() {
+					root++
+					if a.Value.AsString() != want {
+						t.Errorf("root span %q: slotcron.slot %s, want the record's %s", s.Name(), a.Value.AsString(), want)
+					}
+				}
+			}
+			for _, ev := range s.Events() {
+				for _, a := range ev.Attributes {
+					if a.Key == "slotcron.dispatch_delay_ms" {
+						delays++
+						if d := a.Value.AsFloat64(); d < 0 {
+							t.Errorf("dispatch delay %v ms", d)
+						}
+					}
+				}
+			}
+		}
+		if root != 1 || delays != 1 {
+			t.Fatalf("%d root spans with a slot, %d dispatch delays; want 1 of each", root, delays)
 		}
 	})
 }
