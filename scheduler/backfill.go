@@ -37,11 +37,11 @@ type BackfillSlot struct {
 // Each slot must be one of the job's schedule's times, no later than now
 // and within the job's retention: else nothing is claimed, and the error
 // names the slot. It claims nothing while a replica of an older slot
-// protocol is live: it
-// reads the registry before its first claim and again once a heartbeat
-// period has passed, and returns an error wrapping ErrOlderProtocol when it
-// finds one (the runs under way end first; the slots it did not reach have
-// an empty Outcome). ErrRunning: the Scheduler has run.
+// protocol is live: it reads the registry before its first claim and again
+// once a heartbeat period has passed, and returns an error wrapping
+// ErrOlderProtocol when it finds one (the runs under way end first; the
+// slots it did not reach have an empty Outcome). ErrRunning: the Scheduler
+// has run.
 func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time, parallel int) ([]BackfillSlot, error) {
 	j := s.job(job)
 	if j == nil {

@@ -556,15 +556,18 @@ func (r *runner) claimBatch(ctx context.Context, batch []*pending) (answered boo
 // caller gets the error.
 func (r *runner) refused(p *pending, err error) {
 	r.s.tel.claimed(p.job.metrics, outcomeError)
-	attrs := []any{"slotcron.job", p.job.Name, "slotcron.slot", p.claim.Slot.UTC().Format(time.RFC3339), "claim", p.claim.Kind.String(), "error", err}
-	if p.claim.Manual != nil {
-		attrs = append(attrs, "slotcron.manual_id", p.claim.Manual.ID)
+	r.log.Error("claim refused by the store as invalid, and not sent: the slot is left with no record (a bug; please report it)",
+		append(claimAttrs(p.claim), "error", err)...)
+	p.answer(slot.Result{Err: err, Wait: -1})
+}
+
+// claimAttrs are the log attributes that name a claim's slot.
+func claimAttrs(c slot.Claim) []any {
+	attrs := []any{"slotcron.job", c.Job, "slotcron.slot", c.Slot.UTC().Format(time.RFC3339), "claim", c.Kind.String()}
+	if c.Manual != nil {
+		attrs = append(attrs, "slotcron.manual_id", c.Manual.ID)
 	}
-	r.log.Error("claim refused by the store as invalid, and not sent: the slot is left with no record (a bug; please report it)", attrs...)
-	if p.reply != nil {
-		p.reply <- slot.Result{Err: err, Wait: -1} // 1-buffered, and sent once
-		p.reply = nil
-	}
+	return attrs
 }
 
 // apply carries out decide's decision on the answer to one claim. A won slot's
@@ -579,19 +582,14 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 	if d.unwatch {
 		delete(r.watching, targetOf(c).key(j.Name))
 	}
-	if p.reply != nil && !d.backoff {
-		p.reply <- res // 1-buffered, and sent once
-		p.reply = nil
+	if !d.backoff {
+		p.answer(res)
 	}
 	if !d.run {
 		defer st.end(ending{outcome: d.outcome, holder: res.Holder, fence: res.Fence, attempt: res.Attempt, err: res.Err})
 	}
 	if d.msg != "" && r.log.Enabled(ctx, d.level) {
-		attrs := []any{"slotcron.job", j.Name, "slotcron.slot", c.Slot.UTC().Format(time.RFC3339),
-			"slotcron.outcome", d.outcome, "claim", c.Kind.String()}
-		if c.Manual != nil {
-			attrs = append(attrs, "slotcron.manual_id", c.Manual.ID)
-		}
+		attrs := append(claimAttrs(c), "slotcron.outcome", d.outcome)
 		switch {
 		case res.Err != nil:
 			attrs = append(attrs, "error", res.Err, "tries", p.tries+1)

@@ -39,9 +39,9 @@ func (r *runner) start(j *jobState, c slot.Claim, lease slot.Lease, st *slotTrac
 	}()
 }
 
-// execute runs the job, due at due on this replica's clock, under a context that ends on timeout, on shutdown
-// (after the grace) or on lease loss, records the outcome and ends the slot's
-// trace. It returns the final state the run recorded (or tried to), or ""
+// execute runs the job, due at due on this replica's clock, under a context
+// that ends on timeout, on shutdown (after the grace) or on lease loss,
+// records the outcome and ends the slot's trace. It returns the final state the run recorded (or tried to), or ""
 // when it left the slot running for a takeover.
 func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Lease, st *slotTrace) slot.State {
 	manual := lease.Manual() // the record's: a retry attempt's claim names only the ID

@@ -28,6 +28,14 @@ type pending struct {
 	gone <-chan struct{}
 }
 
+// answer gives a Trigger's caller res, once; nothing for other claims.
+func (p *pending) answer(res slot.Result) {
+	if p.reply != nil {
+		p.reply <- res // 1-buffered, and sent once
+		p.reply = nil
+	}
+}
+
 // callerGone reports whether p is a Trigger's claim whose caller has
 // stopped waiting for its answer.
 func (p *pending) callerGone() bool {
