@@ -295,6 +295,15 @@ func TestExtendWaitingForItsTurnEndsWithItsContext(t *testing.T) {
 	}
 }
 
+// processOnly is the rest of a go-redis hook that acts on single commands
+// only (ProcessHook): dials and pipelines pass through.
+type processOnly struct{}
+
+func (processOnly) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (processOnly) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // extendCall marks the context of the test's Extend.
 type extendCall struct{}
 
@@ -303,6 +312,7 @@ type extendCall struct{}
 // renewal sent while another is in flight, and cuts the network once the
 // test's Extend has run.
 type renewalTap struct {
+	processOnly
 	ttlMs      int64
 	hold       sync.Once
 	held       chan struct{} // the held renewal has run in Redis
@@ -319,12 +329,6 @@ type renewalTap struct {
 func newRenewalTap(ttl time.Duration) *renewalTap {
 	return &renewalTap{ttlMs: ttl.Milliseconds(), held: make(chan struct{}), release: make(chan struct{}),
 		overlapped: make(chan struct{}), cutOff: make(chan struct{})}
-}
-
-func (h *renewalTap) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *renewalTap) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func (h *renewalTap) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -388,12 +392,8 @@ func (c *doneWatch) Done() <-chan struct{} {
 
 // loseExtendReply runs the commands of a context marked extendCall in
 // Redis and loses their answers: a reply lost on the network.
-type loseExtendReply struct{}
+type loseExtendReply struct{ processOnly }
 
-func (loseExtendReply) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (loseExtendReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (loseExtendReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
@@ -447,15 +447,12 @@ func TestAnExtendWithNoAnswerShortensTheLease(t *testing.T) {
 // planHook delays, and may fail, the renewals (extend script calls) sent
 // once armed, by the order they are sent in: plan(n) for the nth.
 type planHook struct {
+	processOnly
 	armed atomic.Bool
 	n     atomic.Int32
 	plan  func(n int) (delay time.Duration, fail bool)
 }
 
-func (h *planHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *planHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (h *planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
