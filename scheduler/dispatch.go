@@ -574,6 +574,10 @@ func claimAttrs(c slot.Claim) []any {
 // trace goes on with its run; every other trace ends here.
 func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.Result, st *slotTrace) {
 	j, c := p.job, p.claim
+	if !res.Slot.IsZero() { // a manual slot's time, as its record has it
+		c.Slot = res.Slot
+		st.slotIs(res.Slot)
+	}
 	d := decide(c, res, r.self)
 	r.s.tel.claimed(j.metrics, d.outcome)
 	if res.Unreplicated {

@@ -164,9 +164,18 @@ func (st *slotTrace) manualRun(l slot.Lease) {
 	if m == nil || !st.span.IsRecording() {
 		return
 	}
-	st.span.SetAttributes(attrSlot.String(l.Slot().UTC().Format(time.RFC3339)), attrManual.String(m.ID))
+	st.slotIs(l.Slot())
+	st.span.SetAttributes(attrManual.String(m.ID))
 	if m.By != "" {
 		st.span.SetAttributes(attrManualBy.String(m.By))
+	}
+}
+
+// slotIs names the slot's time on its root span once Redis has said it: a
+// manual slot's claim is sent with the replica's own time.
+func (st *slotTrace) slotIs(at time.Time) {
+	if st.span.IsRecording() {
+		st.span.SetAttributes(attrSlot.String(at.UTC().Format(time.RFC3339)))
 	}
 }
 

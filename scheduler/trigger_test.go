@@ -385,6 +385,73 @@ func TestManualRetrySeesItsSlot(t *testing.T) {
 	})
 }
 
+// TestAnAbandonedManualSlotKeepsItsTime: a manual slot whose owner is lost
+// is recorded abandoned by the replica that watched it (on_owner_lost
+// abandon). Its abandoned event names the slot by its record's time (its
+// first claim, on Redis's clock), as the record and the run did, not by the
+// time the watcher took it over.
+func TestAnAbandonedManualSlotKeepsItsTime(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		runs := make(chan jobs.Run, 10)
+		fn := func(ctx context.Context, run jobs.Run) error {
+			runs <- run
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
+		table := []scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *", LeaseTTL: time.Second}}
+		grace := scheduler.WithShutdownGrace(100 * time.Millisecond)
+		events := &eventLog{}
+		a := h.start("a", registry(t, map[string]jobs.Func{"draw": fn}), table, grace, events.option())
+		spans := tracetest.NewSpanRecorder()
+		b := h.start("b", registry(t, map[string]jobs.Func{"draw": fn}), table, grace, events.option(),
+			scheduler.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))))
+		synctest.Wait()
+
+		ask := slot.Manual{ID: "redo-noon", By: "ops@host"}
+		g, err := a.s.Trigger(context.Background(), "draw", ask)
+		if err != nil || g.Outcome != slot.OutcomeWon {
+			t.Fatalf("Trigger: %+v, %v", g, err)
+		}
+		first := <-runs
+		time.Sleep(3 * time.Second) // not on the second of the claim
+		a.net.freeze()
+		var rec slot.Record
+		for rec.State != slot.StateAbandoned {
+			time.Sleep(time.Second)
+			if rec, _, err = h.store.ManualRecord(context.Background(), "draw", ask.ID); err != nil {
+				t.Fatal(err)
+			}
+			if time.Since(first.Slot) > 3*time.Minute {
+				t.Fatalf("the manual slot was not recorded abandoned: %+v", rec)
+			}
+		}
+		synctest.Wait()
+		ab := events.of(t, scheduler.EventAbandoned)
+		if len(ab) != 1 || ab[0].Replica != "b" || ab[0].Manual != ask.ID || !ab[0].Slot.Equal(rec.Slot) || !first.Slot.Equal(rec.Slot) {
+			t.Fatalf("abandoned events %+v; want one from b, at the record's slot %v (the run saw %v)", ab, rec.Slot, first.Slot)
+		}
+		// So does the root span of b's claim that recorded it.
+		b.stop()
+		found := false
+		for _, s := range spans.Ended() {
+			attrs := map[string]string{}
+			for _, a := range s.Attributes() {
+				attrs[string(a.Key)] = a.Value.Emit()
+			}
+			if s.Parent().IsValid() || attrs["slotcron.manual_id"] != ask.ID || !strings.HasSuffix(s.Name(), " abandoned") {
+				continue
+			}
+			found = true
+			if want := rec.Slot.UTC().Format(time.RFC3339); attrs["slotcron.slot"] != want {
+				t.Errorf("root span %q: slotcron.slot %q, want the record's %q", s.Name(), attrs["slotcron.slot"], want)
+			}
+		}
+		if !found {
+			t.Error("no root span of the claim that recorded the slot abandoned")
+		}
+	})
+}
+
 // TestAManualSlotHasOneTime: a manual slot's time is its record's (its first
 // claim, on Redis's clock), and a replica whose clock is 1.5 s behind Redis
 // (within max_skew) must say so everywhere: Trigger's answer, the run, the

@@ -187,6 +187,10 @@ type Result struct {
 	Late         time.Duration // OutcomeMissed
 	Reason       string        // OutcomePaused: what the slot's record says
 	Err          error         // this claim failed; the others of its batch may have succeeded
+	// Slot is a manual slot's time as its record has it (its first claim's,
+	// on Redis's clock), for OutcomeAbandoned: the claim that settled it was
+	// sent with the watcher's own time. Zero otherwise.
+	Slot time.Time
 	// Unreplicated: the store was asked to have its replicas acknowledge
 	// the claim (Redis WAIT) and fewer did in time. A failover now could lose
 	// the claim, and another replica could run the slot again.

@@ -244,6 +244,9 @@ func (s *Store) parseClaim(ctx context.Context, c slot.Claim, token, runID strin
 		res.Wait = r.ms(1)
 	case slot.OutcomeAbandoned:
 		res.Holder, res.Attempt, res.Fence = r.str(1), int(r.int(2)), r.int(3)
+		if at := r.int(4); at != 0 && c.Manual != nil {
+			res.Slot = time.UnixMilli(at)
+		}
 	case slot.OutcomeClosed:
 		res.State, res.Holder = slot.State(r.str(1)), r.str(2)
 	case slot.OutcomeGone:

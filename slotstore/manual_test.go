@@ -119,6 +119,20 @@ func TestManualSlots(t *testing.T) {
 	if rec, _, _ := s.ManualRecord(ctx, "m", "key-3"); rec.Attempt != 2 || rec.Owner != "r2" || rec.State != slot.StateDone {
 		t.Fatalf("record %+v", rec)
 	}
+
+	// One recorded abandoned says the slot's time as its record has it: the
+	// takeover was sent with the watcher's time.
+	if r := claimOne(t, s, manual("m", "key-4", "dies")); r.Outcome != slot.OutcomeWon {
+		t.Fatalf("%+v", r)
+	}
+	lapse(t, rdb, s, "m", "lease")
+	to = takeover("m", time.Now().Add(time.Hour), "r2", false, 1)
+	to.Manual = &slot.Manual{ID: "key-4"}
+	ab := claimOne(t, s, to)
+	rec, _, err = s.ManualRecord(ctx, "m", "key-4")
+	if err != nil || ab.Outcome != slot.OutcomeAbandoned || rec.State != slot.StateAbandoned || !ab.Slot.Equal(rec.Slot) {
+		t.Fatalf("takeover %+v of a manual slot whose record is %+v, %v; want abandoned at the record's slot", ab, rec, err)
+	}
 }
 
 // TestManualSlotsOverlapAllow: with overlap allowed, a manual slot runs beside

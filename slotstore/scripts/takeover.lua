@@ -31,7 +31,9 @@
 --                                          replica of protocol 1 is finishing the run
 --   {"busy", holder, pttl, holder_slot}    "retry", or a takeover sent again: another run (of
 --                                          holder_slot) holds the job's lease; try after pttl
---   {"abandoned", owner, attempt, fence}   recorded abandoned, with a new fence
+--   {"abandoned", owner, attempt, fence, at}
+--                                          recorded abandoned, with a new fence; at is a
+--                                          manual slot's time (its record's, ms), else 0
 --   {"closed", state, owner}               the slot is no longer running: nothing to do
 --   {"gone"}                               the slot has no record
 local replica = ARGV[1]
@@ -135,7 +137,7 @@ local function settle(rec, st, ring, token, ref, ttl, retention, policy, limit, 
   if r.lease == 'slot' and ltok then -- its own lease, lapsed
     redis.call('HDEL', st, lf)
   end
-  return {'abandoned', r.owner, attempt, f}
+  return {'abandoned', r.owner, attempt, f, tonumber(r.at) or 0}
 end
 
 local out = {}
