@@ -17,7 +17,7 @@ import (
 // BackfillSlot is what a backfill, or a manual run (RunManual), did with one
 // slot.
 type BackfillSlot struct {
-	Slot    time.Time
+	Slot    time.Time    // a won manual slot's is its record's (Redis's clock); else the slot's as asked for
 	Outcome slot.Outcome // won: this process ran it; lost: it had a record; paused: recorded paused; skipped: recorded skipped
 	State   slot.State   // won: the state the run finished with ("running": left for a takeover); else the record's
 	Holder  string       // lost: the record's owner; skipped: the replica whose run holds the job
@@ -251,8 +251,9 @@ func (r *runner) claimOne(ctx context.Context, j *jobState, c slot.Claim, out *B
 		out.Outcome, out.Holder, out.State = res.Outcome, res.Holder, res.State
 		switch res.Outcome {
 		case slot.OutcomeWon:
-			out.RunID = res.Lease.RunID()
-			r.log.Info(name+": running the slot", "slotcron.job", j.Name, "slotcron.slot", c.Slot.UTC().Format(time.RFC3339),
+			// A manual slot's time is its record's (Redis's clock), not the claim's.
+			out.RunID, out.Slot = res.Lease.RunID(), res.Lease.Slot()
+			r.log.Info(name+": running the slot", "slotcron.job", j.Name, "slotcron.slot", out.Slot.UTC().Format(time.RFC3339),
 				"slotcron.run_id", out.RunID)
 			r.start(j, c, res.Lease, st)
 			return res.Outcome, 0, nil

@@ -222,7 +222,9 @@ func TestTriggerIsChecked(t *testing.T) {
 }
 
 // TestRunManual: a process that does not run the table (the command line)
-// runs a manual slot itself, once; asked again, it runs nothing.
+// runs a manual slot itself, once; asked again, it runs nothing. Its clock
+// is 1.5 s behind Redis's (within max_skew): the slot it answers is its
+// record's, on Redis's clock, as the run's is.
 func TestRunManual(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		m := &manualRuns{runs: map[string]int{}, by: map[string]string{}}
@@ -230,16 +232,21 @@ func TestRunManual(t *testing.T) {
 		table := []scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *"}}
 		h.start("a", registry(t, fns), table)
 		for i, want := range []slot.Outcome{slot.OutcomeWon, slot.OutcomeLost} {
-			s, err := scheduler.New(h.store, registry(t, fns), scheduler.WithJobs(table...), scheduler.WithReplicaID("cli"))
+			s, err := scheduler.New(h.store, registry(t, fns), scheduler.WithJobs(table...), scheduler.WithReplicaID("cli"),
+				scheduler.WithClock(newStepClock(-1500*time.Millisecond)))
 			if err != nil {
 				t.Fatal(err)
 			}
+			time.Sleep(1200 * time.Millisecond) // not on a whole second
 			m2, out, err := s.RunManual(context.Background(), "draw", slot.Manual{ID: "once", By: "me@laptop"})
 			if err != nil || out.Outcome != want || m2.ID != "once" {
 				t.Fatalf("RunManual %d: %+v, %v", i, out, err)
 			}
-			if want == slot.OutcomeWon && (out.State != slot.StateDone || out.RunID == "") {
-				t.Fatalf("RunManual ran: %+v", out)
+			if want == slot.OutcomeWon {
+				rec, ok, err := h.store.ManualRecord(context.Background(), "draw", "once")
+				if out.State != slot.StateDone || out.RunID == "" || err != nil || !ok || !out.Slot.Equal(rec.Slot) {
+					t.Fatalf("RunManual ran: %+v; want its record's slot (%+v, %v, %v)", out, rec, ok, err)
+				}
 			}
 		}
 		if n := m.count("m:once"); n != 1 {
