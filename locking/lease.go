@@ -277,7 +277,7 @@ func (l *Lease) watch() {
 		l.giveTurn()
 		switch {
 		case err != nil:
-			timer.Reset(retryDelay(ttl))
+			timer.Reset(retryDelay(l.proofTTL()))
 		case ok:
 			timer.Reset(l.renewPeriod())
 		default:
@@ -286,13 +286,18 @@ func (l *Lease) watch() {
 	}
 }
 
-func (l *Lease) renewPeriod() time.Duration {
+func (l *Lease) renewPeriod() time.Duration { return l.proofTTL() / 3 }
+
+// proofTTL is the TTL that the lease's proof of ownership counts on: an
+// Extend's that got no answer (Redis may have set it) until a renewal is
+// confirmed, else the lease's.
+func (l *Lease) proofTTL() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.unsure > 0 {
-		return l.unsure / 3
+		return l.unsure
 	}
-	return l.ttl / 3
+	return l.ttl
 }
 
 // retryDelay is the pause before retrying a renewal that failed on the network:

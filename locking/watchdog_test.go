@@ -515,3 +515,35 @@ func TestARenewalRetryIsNotPutOffByAnExtend(t *testing.T) {
 	case <-time.After(ttl + ttl/2):
 	}
 }
+
+// TestARenewalRetryFollowsAnUnsureExtend: an Extend to a short TTL gets no
+// answer, so the lease counts on that TTL; the watchdog's next renewal then
+// fails on the network too. Its retry must come within the short TTL (a
+// tenth of it), not a tenth of the long one, which would be after the lease
+// ran out: Redis answers the retry, so the lease must live.
+func TestARenewalRetryFollowsAnUnsureExtend(t *testing.T) {
+	const long, short = 60 * keepAliveTTL, 2 * keepAliveTTL // a retry 3 to 6s after a failure, against 0.1 to 0.2s
+	srv, rdb, lk := setup(t)
+	h := &planHook{plan: func(n int) (time.Duration, bool) {
+		return 0, n < 2 // the Extend, then the watchdog's renewal at 0.67s
+	}}
+	rdb.AddHook(h)
+	ctx := context.Background()
+	key := srv.Key("unsure-retry")
+	l, err := lk.Obtain(ctx, key, long, locking.WithWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := l.Extend(ctx, long); err != nil { // Redis has the script now: one call per renewal
+		t.Fatal(err)
+	}
+	h.armed.Store(true)
+	if err := l.Extend(ctx, short); err == nil {
+		t.Fatal("Extend with no answer returned nil")
+	}
+	keptAlive(t, l, 2*short, tokenAt(rdb, key, l.Token()))
+	if n := h.n.Load(); n < 3 {
+		t.Fatalf("%d extend calls; want the Extend, the failed renewal and its retry", n)
+	}
+}
