@@ -44,10 +44,14 @@ type Lease struct {
 	// unsure is the TTL of an Extend that got no answer, shorter than ttl:
 	// Redis may have set it. The watchdog renews within a third of it,
 	// until a renewal is confirmed. 0 for none.
-	unsure    time.Duration
-	released  bool
-	watching  bool
-	stopWatch chan struct{}
+	unsure   time.Duration
+	released bool
+	watching bool
+	// stopped ends when Release stops the watchdog, and with it the
+	// renewal in flight: Release need not wait for its answer, since both
+	// check the token in Redis.
+	stopped   context.Context
+	stopWatch context.CancelFunc
 	watchDone chan struct{}
 	// rearm tells the watchdog that Extend has set a new TTL: its next
 	// renewal is due a third of that from now. 1-buffered; a full one
@@ -71,6 +75,7 @@ type hold interface {
 
 // newLease returns a lease whose ownership was proven by a request sent at sentAt.
 func newLease(h hold, key, token string, fence int64, ttl time.Duration, sentAt time.Time, parent context.Context) *Lease {
+	stopped, stopWatch := context.WithCancel(context.Background())
 	return &Lease{
 		key:       key,
 		token:     token,
@@ -79,7 +84,8 @@ func newLease(h hold, key, token string, fence int64, ttl time.Duration, sentAt 
 		v:         validity.Start(parent, sentAt, ttl),
 		turn:      make(chan struct{}, 1),
 		ttl:       ttl,
-		stopWatch: make(chan struct{}),
+		stopped:   stopped,
+		stopWatch: stopWatch,
 		watchDone: make(chan struct{}),
 		rearm:     make(chan struct{}, 1),
 	}
@@ -241,7 +247,7 @@ func (l *Lease) watch() {
 	defer timer.Stop()
 	for {
 		select {
-		case <-l.stopWatch:
+		case <-l.stopped.Done():
 			return
 		case <-l.v.Context().Done():
 			return
@@ -250,7 +256,7 @@ func (l *Lease) watch() {
 			continue
 		case <-timer.C:
 		}
-		if !l.takeTurn(l.stopWatch) {
+		if !l.takeTurn(l.stopped.Done()) {
 			return
 		}
 		select {
@@ -262,10 +268,15 @@ func (l *Lease) watch() {
 		l.mu.Lock()
 		ttl := l.ttl
 		l.mu.Unlock()
-		// The call may not outlive the proof of ownership it tries to extend.
-		ctx, cancel := context.WithDeadline(context.Background(), l.v.Deadline())
+		// The call may not outlive the proof of ownership it tries to extend,
+		// nor a Release.
+		ctx, cancel := context.WithDeadline(l.stopped, l.v.Deadline())
 		ok, err := l.extend(ctx, ttl)
 		cancel()
+		if err != nil && l.stopped.Err() != nil { // Released: its answer no longer matters
+			l.giveTurn()
+			return
+		}
 		if err != nil {
 			l.v.Failed(err) // before a later renewal's confirmation clears it
 		}
@@ -318,7 +329,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.released = true
 		watching := l.watching
 		l.mu.Unlock()
-		close(l.stopWatch)
+		l.stopWatch()
 		if watching {
 			<-l.watchDone
 		}

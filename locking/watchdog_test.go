@@ -547,3 +547,40 @@ func TestARenewalRetryFollowsAnUnsureExtend(t *testing.T) {
 		t.Fatalf("%d extend calls; want the Extend, the failed renewal and its retry", n)
 	}
 }
+
+// TestReleaseDoesNotWaitOutARenewal: Release is called while the watchdog's
+// renewal hangs (Redis gets it, but no answer comes back). The renewal may
+// wait until the lease would run out; Release must not wait with it: it
+// stops the renewal and releases (both are token-checked, so their order in
+// Redis does not matter).
+func TestReleaseDoesNotWaitOutARenewal(t *testing.T) {
+	const ttl = 6 * keepAliveTTL // the renewal at 2s may hang until 6s
+	srv, rdb, lk := setup(t)
+	sent := make(chan struct{}, 1)
+	h := &planHook{plan: func(int) (time.Duration, bool) {
+		sent <- struct{}{}
+		return time.Hour, true // until the call's context ends
+	}}
+	rdb.AddHook(h)
+	ctx := context.Background()
+	key := srv.Key("release-hang")
+	l, err := lk.Obtain(ctx, key, ttl, locking.WithWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx, ttl); err != nil { // Redis has the script now: one call per renewal
+		t.Fatal(err)
+	}
+	h.armed.Store(true)
+	<-sent
+	start := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if took := time.Since(start); took > ttl/4 {
+		t.Fatalf("Release took %v: it waited for the hung renewal", took.Round(time.Millisecond))
+	}
+	if n := rdb.Exists(ctx, key).Val(); n != 0 {
+		t.Fatal("the key is still there after Release")
+	}
+}
