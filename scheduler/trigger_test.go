@@ -369,27 +369,35 @@ func TestManualRetrySeesItsSlot(t *testing.T) {
 		}
 		// So does attempt 2's trace on b, whose claim was the takeover's.
 		b.stop()
-		want := map[string]string{"slotcron.slot": rec.Slot.UTC().Format(time.RFC3339), "slotcron.manual_by": ask.By}
-		found := false
-		for _, s := range spans.Ended() {
-			attrs := map[string]string{}
-			for _, a := range s.Attributes() {
-				attrs[string(a.Key)] = a.Value.Emit()
-			}
-			if s.Parent().IsValid() || attrs["slotcron.manual_id"] != ask.ID || !strings.HasSuffix(s.Name(), " won") {
-				continue
-			}
-			found = true
-			for k, v := range want {
-				if attrs[k] != v {
-					t.Errorf("attempt 2's root span %q: %s %q, want %q", s.Name(), k, attrs[k], v)
-				}
-			}
-		}
-		if !found {
-			t.Error("no root span of attempt 2 on b")
-		}
+		checkManualRoot(t, spans, ask.ID, "won",
+			map[string]string{"slotcron.slot": rec.Slot.UTC().Format(time.RFC3339), "slotcron.manual_by": ask.By})
 	})
+}
+
+// checkManualRoot checks the attributes of the root spans of manual slot id
+// whose claims ended in outcome (their names end with it), and that there is
+// one.
+func checkManualRoot(t *testing.T, spans *tracetest.SpanRecorder, id, outcome string, want map[string]string) {
+	t.Helper()
+	found := false
+	for _, s := range spans.Ended() {
+		attrs := map[string]string{}
+		for _, a := range s.Attributes() {
+			attrs[string(a.Key)] = a.Value.Emit()
+		}
+		if s.Parent().IsValid() || attrs["slotcron.manual_id"] != id || !strings.HasSuffix(s.Name(), " "+outcome) {
+			continue
+		}
+		found = true
+		for k, v := range want {
+			if attrs[k] != v {
+				t.Errorf("root span %q: %s %q, want %q", s.Name(), k, attrs[k], v)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no root span of manual slot %s whose claim ended %s", id, outcome)
+	}
 }
 
 // TestAnAbandonedManualSlotKeepsItsTime: a manual slot whose owner is lost
@@ -439,23 +447,7 @@ func TestAnAbandonedManualSlotKeepsItsTime(t *testing.T) {
 		}
 		// So does the root span of b's claim that recorded it.
 		b.stop()
-		found := false
-		for _, s := range spans.Ended() {
-			attrs := map[string]string{}
-			for _, a := range s.Attributes() {
-				attrs[string(a.Key)] = a.Value.Emit()
-			}
-			if s.Parent().IsValid() || attrs["slotcron.manual_id"] != ask.ID || !strings.HasSuffix(s.Name(), " abandoned") {
-				continue
-			}
-			found = true
-			if want := rec.Slot.UTC().Format(time.RFC3339); attrs["slotcron.slot"] != want {
-				t.Errorf("root span %q: slotcron.slot %q, want the record's %q", s.Name(), attrs["slotcron.slot"], want)
-			}
-		}
-		if !found {
-			t.Error("no root span of the claim that recorded the slot abandoned")
-		}
+		checkManualRoot(t, spans, ask.ID, "abandoned", map[string]string{"slotcron.slot": rec.Slot.UTC().Format(time.RFC3339)})
 	})
 }
 
