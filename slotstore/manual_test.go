@@ -75,7 +75,7 @@ func TestManualSlots(t *testing.T) {
 	if states, _ := s.JobStates(ctx, []string{"m"}); len(states["m"].RunningManual) != 0 {
 		t.Fatalf("a finished manual slot is still running: %+v", states["m"])
 	}
-	if sched, ok, _ := s.Record(ctx, "m", at); !ok || sched.State != slot.StateSkipped || sched.Manual != nil || !strings.Contains(sched.Error, "m:key-1") {
+	if sched, ok, _ := s.Record(ctx, "m", at); !ok || sched.State != slot.StateSkipped || sched.Manual != nil || !strings.Contains(sched.Error, "the run of manual slot key-1 on r1") {
 		t.Fatalf("the scheduled slot's record: %+v", sched)
 	}
 	recs, err := s.Records(ctx, "m", 10)

@@ -422,8 +422,8 @@ func TestSlotOverlap(t *testing.T) {
 		t.Fatalf("live claim under a running job: %+v", r)
 	}
 	rec, _, _ := s.Record(ctx, "long", s2)
-	if rec.State != slot.StateSkipped || rec.Error == "" {
-		t.Fatalf("skipped record %+v", rec)
+	if want := "overlap: the run of slot " + s1.UTC().Format(time.RFC3339) + " on " + holder + " still holds the job"; rec.State != slot.StateSkipped || rec.Error != want {
+		t.Fatalf("skipped record %+v; want the reason %q", rec, want)
 	}
 	// Overlap allowed: each slot has its own lease.
 	allow := live("par", s1, "r1")

@@ -191,15 +191,15 @@ jobs:
 		}
 		switch rec.State {
 		case slot.StateSkipped:
-			var held int64
-			var holder string
-			if _, err := fmt.Sscanf(rec.Error, "overlap: the run of slot %d on %s still holds the job", &held, &holder); err != nil {
+			var name, holder string
+			if _, err := fmt.Sscanf(rec.Error, "overlap: the run of slot %s on %s still holds the job", &name, &holder); err != nil {
 				return ""
 			}
-			if !wonOn(held, holder) {
+			held, err := time.Parse(time.RFC3339, name)
+			if err != nil || !wonOn(held.Unix(), holder) {
 				return ""
 			}
-			return fmt.Sprintf("skipped: the run of slot %s on %s held the job", time.Unix(held, 0).Format(time.TimeOnly), holder)
+			return fmt.Sprintf("skipped: the run of slot %s on %s held the job", held.Format(time.TimeOnly), holder)
 		case slot.StateAbandoned:
 			switch {
 			case strings.Contains(rec.Error, "lost its lease") && ranOn(at.Unix(), rec.Owner):

@@ -229,7 +229,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
       return {'busy', lholder, luntil - now, lref}
     end
     r = close(rec, st, ring, j, ref, manual, at, retention, 'skipped',
-      'overlap: the run of slot ' .. lref .. ' on ' .. lholder .. ' still holds the job', by, note)
+      'overlap: the run of ' .. slot_name(lref) .. ' on ' .. lholder .. ' still holds the job', by, note)
     if r then
       return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end

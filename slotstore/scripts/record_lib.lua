@@ -141,3 +141,33 @@ local function next_fence(last, now_us)
   end
   return l + 1
 end
+
+-- slot_name names a slot's ref for the people who read its records: "slot
+-- 2026-11-25T12:00:00Z" (UTC) for a scheduled slot's unix seconds, "manual
+-- slot <id>" for a manual one's "m:<id>".
+local function slot_name(ref)
+  if string.sub(ref, 1, 2) == 'm:' then
+    return 'manual slot ' .. string.sub(ref, 3)
+  end
+  local s = tonumber(ref)
+  if not s then
+    return 'slot ' .. ref
+  end
+  -- The civil date of a day count (Howard Hinnant's days_from_civil, run
+  -- backwards): eras of 400 years, years from March, so February ends one.
+  local days = math.floor(s / 86400)
+  local secs = s - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m, y = mp + 3, yoe + era * 400
+  if m > 12 then
+    m, y = m - 12, y + 1
+  end
+  return string.format('slot %04d-%02d-%02dT%02d:%02d:%02dZ', y, m, d,
+    math.floor(secs / 3600), math.floor(secs % 3600 / 60), secs % 60)
+end
