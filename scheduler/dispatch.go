@@ -470,7 +470,10 @@ func (r *runner) send(ctx context.Context, batch []*pending) {
 			heap.Push(&r.queue, p)
 			continue
 		}
-		if p.hedged || p.claim.Kind == slot.ClaimTakeover {
+		// (A takeover sent before with no answer goes to the claim script
+		// again: it may have recorded the slot abandoned, which only the
+		// script knows for its own, by its token.)
+		if p.hedged || p.claim.Kind == slot.ClaimTakeover && p.tries == 0 {
 			peek = append(peek, p)
 		} else {
 			own = append(own, p)

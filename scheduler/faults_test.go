@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,13 +19,15 @@ import (
 )
 
 // dropWin is a Claimer that loses the reply of the first batch in which it
-// wins a slot: the claim happened in Redis, but the replica sees a timeout,
-// as when a reply is lost on the network.
+// wins a slot (or gets the answer outcome, if set): the claim happened in
+// Redis, but the replica sees a timeout, as when a reply is lost on the
+// network.
 type dropWin struct {
 	*slotstore.Store
 	mu      sync.Mutex
 	armed   bool
 	dropped bool
+	outcome slot.Outcome          // the answer whose batch loses its reply; "" for won
 	only    func(slot.Claim) bool // if set, only a win of a claim it accepts is dropped
 	lost    slot.Claim            // the claim whose reply was lost
 	// retry is the claim of lost's slot sent next, and retryOutcome what
@@ -51,8 +54,9 @@ func (d *dropWin) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result
 	if err != nil || !d.armed || d.dropped {
 		return res, err
 	}
+	drop := cmp.Or(d.outcome, slot.OutcomeWon)
 	for i, r := range res {
-		if r.Outcome == slot.OutcomeWon && (d.only == nil || d.only(claims[i])) {
+		if r.Outcome == drop && (d.only == nil || d.only(claims[i])) {
 			d.dropped, d.lost = true, claims[i]
 			lost := make([]slot.Result, len(res))
 			for i := range lost {

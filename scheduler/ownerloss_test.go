@@ -3,6 +3,8 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/slotcron/slotcron/locking"
 	"github.com/slotcron/slotcron/scheduler"
 	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // ended is how a run's context ended, as the job saw it.
@@ -167,4 +170,64 @@ func testOwnerLoss(t *testing.T, e *harness, policy scheduler.OwnerLost, ttl tim
 		}
 	}
 	winner.net.thaw()
+}
+
+// TestALostAbandonIsReported: the replica that records a slot abandoned
+// (its owner lost its lease) loses the reply, and sends its takeover again.
+// The abandon is its own: it must be reported (the event, the WARN, the
+// claims metric's "abandoned"), once, though the record is no longer
+// running when the takeover is sent again. No other replica reports it.
+func TestALostAbandonIsReported(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		const ttl = time.Second
+		key := "starts"
+		out := make(chan ended, 100)
+		job := scheduler.Job{Name: "long", Schedule: "@every 1s", LeaseTTL: ttl}
+		reg := func() *jobs.Registry { return registry(t, map[string]jobs.Func{"long": untilCancelled(h, key, out)}) }
+		grace := scheduler.WithShutdownGrace(100 * time.Millisecond)
+		events := &eventLog{}
+		winner := h.start("winner", reg(), []scheduler.Job{job}, grace, events.option())
+		time.Sleep(10 * time.Millisecond)
+		if n := len(h.starts(key)); n != 1 {
+			t.Fatalf("the winner started %d runs, want 1", n)
+		}
+		first := h.starts(key)[0]
+		var drops []*dropWin
+		var logs lines
+		for _, id := range []string{"b", "c"} {
+			h.startWith(id, replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer {
+				d := &dropWin{Store: s, outcome: slot.OutcomeAbandoned, armed: true}
+				drops = append(drops, d)
+				return d
+			}}, reg(), []scheduler.Job{job}, grace, events.option(),
+				scheduler.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", id)))
+		}
+		time.Sleep(1500 * time.Millisecond)
+		winner.net.freeze()
+		time.Sleep(10 * ttl)
+		if rec, ok := h.record("long", first.slot); !ok || rec.State != slot.StateAbandoned {
+			t.Fatalf("the first slot's record: %+v (found %v); want abandoned", rec, ok)
+		}
+		dropped := 0
+		for _, d := range drops {
+			if d.hasDropped() {
+				dropped++
+			}
+		}
+		if dropped != 1 {
+			t.Fatalf("%d replicas lost the reply of their abandon, want 1: the test shows nothing", dropped)
+		}
+		if ab := events.of(t, scheduler.EventAbandoned); len(ab) != 1 || ab[0].Slot.Unix() != first.slot || ab[0].Replica == "winner" {
+			t.Fatalf("abandoned events: %+v; want one, from the replica that recorded it", ab)
+		}
+		warned := 0
+		for _, l := range logs.all() {
+			if strings.Contains(l, `msg="slot abandoned: its owner lost its lease"`) {
+				warned++
+			}
+		}
+		if warned != 1 {
+			t.Fatalf("%d WARN lines of the abandon, want 1:\n%s", warned, strings.Join(logs.all(), "\n"))
+		}
+	})
 }

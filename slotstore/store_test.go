@@ -731,15 +731,34 @@ func TestSlotTakeoverAbandon(t *testing.T) {
 	_, rdb, s := newSlots(t)
 	ctx := context.Background()
 	at := time.Unix(1_700_000_600, 0)
-	claimOne(t, s, live("once", at, "dies"))
+	dead := claimOne(t, s, live("once", at, "dies"))
 	lapse(t, rdb, s, "once", "lease")
-	r := claimOne(t, s, takeover("once", at, "r2", false, 3))
+	to := takeover("once", at, "r2", false, 3)
+	to.Token = "r2-takeover"
+	r := claimOne(t, s, to)
 	if r.Outcome != slot.OutcomeAbandoned || r.Holder != "dies" {
 		t.Fatalf("%+v", r)
 	}
 	rec, _, _ := s.Record(ctx, "once", at)
 	if rec.State != slot.StateAbandoned || rec.Attempt != 1 || rec.Error == "" {
 		t.Fatalf("record %+v", rec)
+	}
+	// Sent again with its token (its reply was lost), the takeover is told
+	// of its abandon again, to report it; another replica's finds the slot
+	// closed; the dead run's finish is refused.
+	if again := claimOne(t, s, to); again.Outcome != slot.OutcomeAbandoned || again.Fence != r.Fence || again.Holder != "dies" || again.Attempt != 1 {
+		t.Fatalf("the takeover sent again: %+v; want %+v", again, r)
+	}
+	other := takeover("once", at, "r3", false, 3)
+	other.Token = "r3-takeover"
+	if r3 := claimOne(t, s, other); r3.Outcome != slot.OutcomeClosed || r3.State != slot.StateAbandoned {
+		t.Fatalf("another replica's takeover: %+v; want closed", r3)
+	}
+	if err := finish(s, dead.Lease, slot.StateDone, ""); !errors.Is(err, slot.ErrNotHeld) {
+		t.Fatalf("the dead run's finish: %v; want ErrNotHeld", err)
+	}
+	if rec2, _, _ := s.Record(ctx, "once", at); rec2 != rec {
+		t.Fatalf("record %+v after the takeovers sent again and the dead run's finish; want it as it was, %+v", rec2, rec)
 	}
 	// Retry policy at the attempt limit abandons too.
 	slot2 := at.Add(time.Second)

@@ -33,7 +33,9 @@
 --                                          holder_slot) holds the job's lease; try after pttl
 --   {"abandoned", owner, attempt, fence, at}
 --                                          recorded abandoned, with a new fence; at is a
---                                          manual slot's time (its record's, ms), else 0
+--                                          manual slot's time (its record's, ms), else 0.
+--                                          A takeover sent again with its token (its reply
+--                                          was lost) is answered so again
 --   {"closed", state, owner}               the slot is no longer running: nothing to do
 --   {"gone"}                               the slot has no record
 local replica = ARGV[1]
@@ -85,6 +87,9 @@ local function settle(rec, st, ring, token, ref, ttl, retention, policy, limit, 
   end
   if r.state ~= 'running' then
     unlist(st, ref)
+    if r.state == 'abandoned' and r.token == token then -- our abandon, sent again (its reply was lost)
+      return {'abandoned', r.owner, tonumber(r.attempt), tonumber(r.fence), tonumber(r.at) or 0}
+    end
     return {'closed', r.state, r.owner}
   end
   local lf = 'lease'
@@ -122,7 +127,11 @@ local function settle(rec, st, ring, token, ref, ttl, retention, policy, limit, 
   if policy == 'retry' then
     why = why .. ', the last of ' .. limit
   end
-  redis.call('SET', rec, record('abandoned', fs, attempt, r.started, now, r.at, r.lease, r.token, r.run_id, ref, r.owner,
+  -- The record keeps the dead run's ID and owner, and takes this
+  -- takeover's token: a takeover sent again after its reply was lost knows
+  -- the abandon as its own, and reports it (no finish of the dead run
+  -- matches either way: the fence is new).
+  redis.call('SET', rec, record('abandoned', fs, attempt, r.started, now, r.at, r.lease, token, r.run_id, ref, r.owner,
     why, r.result, r.by, r.note), 'PX', retention)
   local ef, ends = ended_at(j[4])
   redis.call('HSET', ring, ef, ref)
