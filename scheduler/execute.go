@@ -102,10 +102,10 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 		err = j.fn(ctx, run) // j.fn recovers panics and applies the timeout (jobs middleware)
 	}
 	took := time.Since(began)
-	settleLoss() // a loss is recorded, and on the run span, before it ends
+	lost := settleLoss() // a loss is recorded, and on the run span, before it ends
 	r.renew.remove(lease)
 
-	state, text := outcome(err, ctx, lease, j.OnOwnerLost)
+	state, text := outcome(err, ctx, lost, j.OnOwnerLost)
 	st.runDone(lease, err, text)
 	if state == "" {
 		log.Warn("lease lost mid-run; leaving the slot to a takeover", "error", text)
@@ -160,19 +160,24 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 // it: a run that returns as soon as its context ends can get there before
 // the watch has started (ctx's cancellation reaches its children in no set
 // order, the run's context and the watch among them), and stopping the
-// watch then must not lose the loss.
-func watchLoss(ctx context.Context, record func(cause error)) (settle func()) {
+// watch then must not lose the loss. settle reports whether the lease was
+// lost (and recorded): a loss after it is none of the run's, which has
+// returned, and its outcome must not say otherwise unrecorded.
+func watchLoss(ctx context.Context, record func(cause error)) (settle func() (lost bool)) {
+	var lost bool
 	once := sync.OnceFunc(func() {
 		if cause := context.Cause(ctx); errors.Is(cause, slot.ErrLeaseLost) {
+			lost = true
 			record(cause)
 		}
 	})
 	stop := context.AfterFunc(ctx, once)
-	return func() {
-		stop()
-		if ctx.Err() != nil {
+	return func() bool {
+		if !stop() || ctx.Err() != nil {
 			once() // runs record, or waits until the watch's call has
+			return lost
 		}
+		return false // the watch never ran, nor will: not lost
 	}
 }
 
@@ -210,10 +215,11 @@ func (r *runner) finish(log *slog.Logger, m *jobMetrics, lease slot.Lease, state
 // finishLoud is the failed tries of a finish after which it logs at ERROR.
 const finishLoud = 3
 
-// outcome is the state to record for a run that returned err under ctx. It
-// is "" when the lease was lost under on_owner_lost: retry, which leaves the
-// slot running for a takeover.
-func outcome(err error, ctx context.Context, lease slot.Lease, policy OwnerLost) (slot.State, string) {
+// outcome is the state to record for a run that returned err under ctx,
+// having lost its lease (as settled: recorded) or not. It is "" when the
+// lease was lost under on_owner_lost: retry, which leaves the slot running
+// for a takeover.
+func outcome(err error, ctx context.Context, lost bool, policy OwnerLost) (slot.State, string) {
 	if err == nil {
 		return slot.StateDone, ""
 	}
@@ -221,7 +227,7 @@ func outcome(err error, ctx context.Context, lease slot.Lease, policy OwnerLost)
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) && errors.Is(err, ctx.Err()) {
 		text += " (" + cause.Error() + ")"
 	}
-	if errors.Is(context.Cause(lease.Context()), slot.ErrLeaseLost) {
+	if lost {
 		if policy == OwnerLostRetry {
 			return "", text
 		}

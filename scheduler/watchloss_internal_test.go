@@ -55,7 +55,9 @@ func TestWatchLossWhenTheRunReturnsFirst(t *testing.T) {
 	settle := watchLoss(ctx, rec.record)
 	lost := fmt.Errorf("renewal refused: %w", slot.ErrLeaseLost)
 	ctx.end(lost)
-	settle()
+	if !settle() {
+		t.Fatal("settle says not lost")
+	}
 	if got := rec.all(); len(got) != 1 || got[0] != lost {
 		t.Fatalf("recorded %v by the time settle returned, want the loss once", got)
 	}
@@ -67,7 +69,10 @@ func TestWatchLossWhenTheRunReturnsFirst(t *testing.T) {
 
 // TestWatchLoss: a loss the watch sees first is recorded once, before
 // settle returns; a lease that ends otherwise (released, or the scheduler
-// stopping) records nothing; nor does one that ends after settle.
+// stopping) records nothing; nor does one that ends after settle. settle
+// says which: the run's outcome follows it, not the lease as it is later
+// (a loss after settle, unrecorded, must not make the run's outcome
+// abandoned, or leave its slot to a takeover that nothing reported).
 func TestWatchLoss(t *testing.T) {
 	lost := fmt.Errorf("ttl ran out: %w", slot.ErrLeaseLost)
 	t.Run("watch first", func(t *testing.T) {
@@ -75,7 +80,9 @@ func TestWatchLoss(t *testing.T) {
 		rec := &causes{}
 		settle := watchLoss(ctx, rec.record)
 		end(lost)
-		settle()
+		if !settle() {
+			t.Fatal("settle says not lost")
+		}
 		if got := rec.all(); len(got) != 1 || got[0] != lost {
 			t.Fatalf("recorded %v, want the loss once", got)
 		}
@@ -85,7 +92,9 @@ func TestWatchLoss(t *testing.T) {
 		rec := &causes{}
 		settle := watchLoss(ctx, rec.record)
 		end(errors.New("released"))
-		settle()
+		if settle() {
+			t.Fatal("settle says lost")
+		}
 		if got := rec.all(); len(got) != 0 {
 			t.Fatalf("recorded %v, want nothing", got)
 		}
@@ -94,11 +103,18 @@ func TestWatchLoss(t *testing.T) {
 		ctx, end := context.WithCancelCause(context.Background())
 		rec := &causes{}
 		settle := watchLoss(ctx, rec.record)
-		settle()
+		if settle() {
+			t.Fatal("settle says lost")
+		}
 		end(lost)
 		time.Sleep(10 * time.Millisecond)
 		if got := rec.all(); len(got) != 0 {
 			t.Fatalf("recorded %v after the run had settled, want nothing", got)
+		}
+		for _, policy := range []OwnerLost{OwnerLostAbandon, OwnerLostRetry} {
+			if state, _ := outcome(errors.New("boom"), ctx, false, policy); state != slot.StateFailed {
+				t.Errorf("outcome of a run that failed before its lease was lost (%s): %q, want failed", policy, state)
+			}
 		}
 	})
 }
