@@ -160,6 +160,8 @@ func TestCommandRefusesBadInput(t *testing.T) {
 		{[]string{"trigger", "nope", "-config", down}, 2, `worker trigger: no job "nope" in the cron table`},
 		{[]string{"pause", "tick", "-config", down, "-note", strings.Repeat("n", slot.MaxNote+1)}, 2,
 			"worker pause: -note is 1025 bytes, more than 1024"},
+		{[]string{"trigger", "tick", "-config", down, "-note", strings.Repeat("n", slot.MaxNote+1)}, 2,
+			"worker trigger: -note is 1025 bytes, more than 1024"},
 		{[]string{"status", "-config", embedded}, 2, "worker status: redis.mode is embedded"},
 		{[]string{"trigger", "tick", "-config", embedded}, 2, "worker trigger: redis.mode is embedded"},
 		{[]string{"resume", "-config", bad, "tick", "tock"}, 2, "unexpected arguments"},

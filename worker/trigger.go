@@ -29,8 +29,8 @@ func triggerCmd(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg
 	case m.ID != "" && slot.CheckManualID(m.ID) != nil:
 		fmt.Fprintf(stderr, "worker trigger: -key: %v\n", slot.CheckManualID(m.ID))
 		return 2
-	case len(m.Note) > slot.MaxNote:
-		fmt.Fprintf(stderr, "worker trigger: -note is %d bytes, more than %d\n", len(m.Note), slot.MaxNote)
+	case slot.CheckNote("-note", m.Note) != nil:
+		fmt.Fprintf(stderr, "worker trigger: %v\n", slot.CheckNote("-note", m.Note))
 		return 2
 	}
 	if !reachable(ctx, cfg, rdb, "trigger", stderr) {
