@@ -323,32 +323,14 @@ func TestTriggerWhoseCallerGaveUp(t *testing.T) {
 // and a bare ID.
 func TestManualRetrySeesItsSlot(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
-		runs := make(chan jobs.Run, 10)
-		fn := func(ctx context.Context, run jobs.Run) error {
-			runs <- run
-			<-ctx.Done()
-			return context.Cause(ctx)
-		}
 		table := []scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *", LeaseTTL: time.Second,
 			OnOwnerLost: scheduler.OwnerLostRetry, MaxAttempts: 2}}
-		grace := scheduler.WithShutdownGrace(100 * time.Millisecond)
-		a := h.start("a", registry(t, map[string]jobs.Func{"draw": fn}), table, grace)
-		spans := tracetest.NewSpanRecorder()
-		b := h.start("b", registry(t, map[string]jobs.Func{"draw": fn}), table, grace,
-			scheduler.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))))
-		synctest.Wait()
-
 		ask := slot.Manual{ID: "redo-noon", By: "ops@host", Note: "the noon draw failed"}
-		g, err := a.s.Trigger(context.Background(), "draw", ask)
-		if err != nil || g.Outcome != slot.OutcomeWon {
-			t.Fatalf("Trigger: %+v, %v", g, err)
-		}
-		first := <-runs
-		time.Sleep(3 * time.Second) // not on the second of the claim
-		a.net.freeze()
+		lo := loseManualOwner(t, h, table, ask)
+		first, b, spans := lo.first, lo.b, lo.spans
 		var second jobs.Run
 		select {
-		case second = <-runs:
+		case second = <-lo.runs:
 		case <-time.After(3 * time.Minute):
 			t.Fatal("no replica retried the manual slot")
 		}
@@ -372,6 +354,41 @@ func TestManualRetrySeesItsSlot(t *testing.T) {
 		checkManualRoot(t, spans, ask.ID, "won",
 			map[string]string{"slotcron.slot": rec.Slot.UTC().Format(time.RFC3339), "slotcron.manual_by": ask.By})
 	})
+}
+
+// lostOwner is a manual slot whose owner is cut off mid-run (loseManualOwner).
+type lostOwner struct {
+	runs  chan jobs.Run // the runs of job draw, as they start; the first taken
+	first jobs.Run      // attempt 1, on replica a
+	b     *replica      // the other replica
+	spans *tracetest.SpanRecorder
+}
+
+// loseManualOwner starts replicas a and b of table (job draw, whose runs
+// last until their context ends), each with opts and b with its spans
+// recorded; a wins the manual slot ask by Trigger, and 3 s into its run
+// (not on the second of the claim) its network freezes.
+func loseManualOwner(t *testing.T, h *harness, table []scheduler.Job, ask slot.Manual, opts ...scheduler.Option) lostOwner {
+	t.Helper()
+	lo := lostOwner{runs: make(chan jobs.Run, 10), spans: tracetest.NewSpanRecorder()}
+	fn := func(ctx context.Context, run jobs.Run) error {
+		lo.runs <- run
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}
+	opts = append(opts, scheduler.WithShutdownGrace(100*time.Millisecond))
+	a := h.start("a", registry(t, map[string]jobs.Func{"draw": fn}), table, opts...)
+	lo.b = h.start("b", registry(t, map[string]jobs.Func{"draw": fn}), table,
+		append(opts, scheduler.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(lo.spans))))...)
+	synctest.Wait()
+	g, err := a.s.Trigger(context.Background(), "draw", ask)
+	if err != nil || g.Outcome != slot.OutcomeWon {
+		t.Fatalf("Trigger: %+v, %v", g, err)
+	}
+	lo.first = <-lo.runs
+	time.Sleep(3 * time.Second)
+	a.net.freeze()
+	return lo
 }
 
 // checkManualRoot checks the attributes of the root spans of manual slot id
@@ -407,32 +424,15 @@ func checkManualRoot(t *testing.T, spans *tracetest.SpanRecorder, id, outcome st
 // time the watcher took it over.
 func TestAnAbandonedManualSlotKeepsItsTime(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
-		runs := make(chan jobs.Run, 10)
-		fn := func(ctx context.Context, run jobs.Run) error {
-			runs <- run
-			<-ctx.Done()
-			return context.Cause(ctx)
-		}
 		table := []scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *", LeaseTTL: time.Second}}
-		grace := scheduler.WithShutdownGrace(100 * time.Millisecond)
 		events := &eventLog{}
-		a := h.start("a", registry(t, map[string]jobs.Func{"draw": fn}), table, grace, events.option())
-		spans := tracetest.NewSpanRecorder()
-		b := h.start("b", registry(t, map[string]jobs.Func{"draw": fn}), table, grace, events.option(),
-			scheduler.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))))
-		synctest.Wait()
-
 		ask := slot.Manual{ID: "redo-noon", By: "ops@host"}
-		g, err := a.s.Trigger(context.Background(), "draw", ask)
-		if err != nil || g.Outcome != slot.OutcomeWon {
-			t.Fatalf("Trigger: %+v, %v", g, err)
-		}
-		first := <-runs
-		time.Sleep(3 * time.Second) // not on the second of the claim
-		a.net.freeze()
+		lo := loseManualOwner(t, h, table, ask, events.option())
+		first, b, spans := lo.first, lo.b, lo.spans
 		var rec slot.Record
 		for rec.State != slot.StateAbandoned {
 			time.Sleep(time.Second)
+			var err error
 			if rec, _, err = h.store.ManualRecord(context.Background(), "draw", ask.ID); err != nil {
 				t.Fatal(err)
 			}
