@@ -173,11 +173,12 @@ func watchLoss(ctx context.Context, record func(cause error)) (settle func() (lo
 	})
 	stop := context.AfterFunc(ctx, once)
 	return func() bool {
-		if !stop() || ctx.Err() != nil {
-			once() // runs record, or waits until the watch's call has
-			return lost
+		stop()
+		if ctx.Err() == nil {
+			return false // the watch never ran, nor will: not lost
 		}
-		return false // the watch never ran, nor will: not lost
+		once() // runs record, or waits until the watch's call has
+		return lost
 	}
 }
 
