@@ -72,9 +72,14 @@ type Claim struct {
 	Retention    time.Duration
 	AllowOverlap bool      // false: a run of the job in progress blocks the slot
 	Deadline     time.Time // ClaimLive, ClaimExpire, ClaimMiss: the latest start, on the store's clock
-	// MaxEarly, for ClaimLive: the store refuses the claim, and records
-	// nothing, when the slot is more than this ahead of its clock (the
-	// replica's clock runs ahead). 0: no limit.
+	// MaxEarly, for ClaimLive and ClaimCatchup: the store refuses the claim,
+	// and records nothing, when the slot is more than this ahead of its
+	// clock (the replica's clock runs ahead): OutcomeEarly. A catch-up claim
+	// with a MaxEarly is also refused, recording nothing, when its slot is
+	// older than Retention less MaxEarly on the store's clock (a slot's
+	// record is first written at most MaxEarly before it, and kept for the
+	// retention from then: past that, no record no longer means that the
+	// slot never ran): its Result's Err wraps ErrPastRetention. 0: no limit.
 	MaxEarly time.Duration
 	// Ahead, for ClaimLive: the claim is sent before its slot's time, and its
 	// run waits for that time. A run of the job in progress then answers

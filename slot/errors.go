@@ -28,6 +28,12 @@ var (
 	// acknowledged it in time than the store was asked to wait for: a
 	// failover now could lose it.
 	ErrUnreplicated = errors.New("slot: fewer replicas acknowledged the write than asked")
+
+	// ErrPastRetention means the store refused a catch-up claim that has a
+	// MaxEarly, recording nothing: on the store's clock its slot is older
+	// than the claim's Retention less its MaxEarly, so the slot's record
+	// may have expired, and a slot that ran would run again.
+	ErrPastRetention = errors.New("slot: past the retention that keeps its record")
 )
 
 // MinLeaseTTL is the shortest lease a slot may have: renewals every TTL/3

@@ -2,6 +2,7 @@ package slotstore_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -72,5 +73,70 @@ func TestSlotClaimAhead(t *testing.T) {
 	}
 	if _, ok, _ := s.Record(ctx, "far", at.Add(time.Minute)); ok {
 		t.Fatal("a refused early claim left a record")
+	}
+}
+
+// TestCatchupClaimIsBounded: a catch-up claim with a MaxEarly (a backfill)
+// is refused, and records nothing, when its slot is further ahead of
+// Redis's clock than that, or older than its retention less that (the
+// slot's record may have expired: a slot that ran would run again). Within
+// both it wins; a slot that has a record answers lost either way; without
+// a MaxEarly (a starting replica's catch-up) neither bound applies.
+func TestCatchupClaimIsBounded(t *testing.T) {
+	_, _, s := newSlots(t)
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Second)
+	catchup := func(job string, at time.Time, early time.Duration) slot.Claim {
+		c := live(job, at, "cli")
+		c.Kind, c.Deadline, c.Retention, c.MaxEarly = slot.ClaimCatchup, time.Time{}, time.Minute, early
+		return c
+	}
+	claim := func(c slot.Claim) slot.Result {
+		t.Helper()
+		res, err := s.Claim(ctx, []slot.Claim{c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	nothing := func(job string, at time.Time) {
+		t.Helper()
+		if rec, ok, _ := s.Record(ctx, job, at); ok {
+			t.Fatalf("%s: a refused claim left a record: %+v", job, rec)
+		}
+	}
+
+	if r := claim(catchup("future", now.Add(10*time.Second), 2*time.Second)); r.Outcome != slot.OutcomeEarly || r.Err != nil || r.Wait < 7*time.Second {
+		t.Errorf("a slot 10s ahead, MaxEarly 2s: %+v; want early, by about 10s", r)
+	}
+	nothing("future", now.Add(10*time.Second))
+	// 58.5s to 59.5s old: past the retention (1m) less MaxEarly (2s).
+	old := claim(catchup("old", now.Add(-59*time.Second), 2*time.Second))
+	if !errors.Is(old.Err, slot.ErrPastRetention) || old.Outcome != "" {
+		t.Errorf("a slot 59s old, retention 1m, MaxEarly 2s: %+v; want Err wrapping ErrPastRetention", old)
+	} else {
+		t.Logf("refused: %v", old.Err)
+	}
+	nothing("old", now.Add(-59*time.Second))
+
+	for _, c := range []slot.Claim{
+		catchup("within", now.Add(-55*time.Second), 2*time.Second),
+		catchup("soon", now.Add(time.Second), 2*time.Second),
+		catchup("unbounded", now.Add(-59*time.Second), 0),
+	} {
+		if r := claim(c); r.Outcome != slot.OutcomeWon {
+			t.Errorf("%s: %+v; want won", c.Job, r)
+		} else {
+			finish(s, r.Lease, slot.StateDone, "")
+		}
+	}
+	// A slot that has a record is lost to it, whatever its age.
+	done := live("recorded", now.Add(-59*time.Second), "r1")
+	done.Retention, done.Deadline = time.Hour, time.Now().Add(time.Hour)
+	if r := claim(done); r.Outcome != slot.OutcomeWon {
+		t.Fatal(r)
+	}
+	if r := claim(catchup("recorded", now.Add(-59*time.Second), 2*time.Second)); r.Outcome != slot.OutcomeLost || r.Holder != "r1" {
+		t.Errorf("a recorded slot 59s old: %+v; want lost to r1", r)
 	}
 }

@@ -240,6 +240,10 @@ func (s *Store) parseClaim(ctx context.Context, c slot.Claim, token, runID strin
 		res.Wait = r.ms(1)
 	case slot.OutcomePaused:
 		res.Reason = r.str(1)
+	case "old":
+		res.Outcome = ""
+		res.Err = fmt.Errorf("slotstore: claim %s@%d: %w: %v after the slot on Redis's clock, and its retention (%v) less the claim's MaxEarly (%v) is %v",
+			c.Job, c.Slot.Unix(), slot.ErrPastRetention, time.Duration(r.int(1))*time.Millisecond, c.Retention, c.MaxEarly, c.Retention-c.MaxEarly)
 	case slot.OutcomeAlive:
 		res.Wait = r.ms(1)
 	case slot.OutcomeAbandoned:

@@ -29,9 +29,13 @@
 --       progress answers busy and records nothing, and a won record's
 --       started is the slot's time
 --   +5  the reason recorded with a missed slot
---   +6  modes "live" and "ahead": the most the slot may be ahead of Redis's
---       clock, ms (the claimant's max_skew); a claim earlier than that is
---       refused, with nothing recorded. 0: no limit
+--   +6  modes "live", "ahead" and "wait": the most the slot may be ahead of
+--       Redis's clock, ms (the claimant's max_skew); a claim earlier than
+--       that is refused, with nothing recorded. Mode "wait" (a backfill) also
+--       refuses, recording nothing, a slot older than the retention less
+--       this: its records were first written no earlier than this before
+--       it, so they may have expired since, and a slot that ran would run
+--       again. 0: no limit
 --   +7  mode "manual": who asked for the slot ("" otherwise)
 --   +8  mode "manual": their note
 --   +9  "1": read the slot's record before anything else (a contested claim:
@@ -65,8 +69,11 @@
 --   {"paused", why}                              recorded paused (modes "live" and "wait"): the
 --                                                job's pause stands; why quotes it
 --   {"early", ms}                                nothing recorded: the slot is that far ahead
---                                                (modes "live", "ahead"), or its deadline is
---                                                (mode "expire")
+--                                                (modes "live", "ahead", "wait"), or its
+--                                                deadline is (mode "expire")
+--   {"old", late_ms}                             nothing recorded (mode "wait"): the slot is
+--                                                that far behind, past the retention less
+--                                                the early limit
 local replica = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -189,13 +196,19 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     return {'missed', late}
   end
   local live = mode == 'live' or mode == 'ahead'
-  if mode == 'expire' or (live and tonumber(early) > 0 and -late > tonumber(early)) then
+  local limit = tonumber(early)
+  local bounded = (live or mode == 'wait') and limit > 0
+  local old = bounded and mode == 'wait' and late > tonumber(retention) - limit
+  if mode == 'expire' or (bounded and -late > limit) or old then
     local r = peek(rec)
     if r then
       return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     if mode == 'expire' then
       return {'early', tonumber(deadline) - now + 1}
+    end
+    if old then
+      return {'old', late}
     end
     return {'early', -late}
   end
