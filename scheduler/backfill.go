@@ -35,8 +35,14 @@ type BackfillSlot struct {
 // either Runs, Backfills or RunManuals, once.
 //
 // Each slot must be one of the job's schedule's times, no later than now
-// and within the job's retention: else nothing is claimed, and the error
-// names the slot. It claims nothing while a replica of an older slot
+// and within the job's retention less max_skew, both on Redis's clock
+// (Backfill measures this process's clock against it first, and claims
+// nothing when they are further apart than max_skew): else nothing is
+// claimed, and the error names the slot. Redis checks both again as it
+// decides each claim, so a slot that ages past the retention while the
+// backfill waits for earlier runs, or a clock that steps meanwhile, claims
+// nothing: that slot's Err wraps slot.ErrPastRetention, or says that it is
+// in the future. It claims nothing while a replica of an older slot
 // protocol is live: it reads the registry before its first claim and again
 // once a heartbeat period has passed, and returns an error wrapping
 // ErrOlderProtocol when it finds one (the runs under way end first; the
@@ -50,23 +56,35 @@ func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time,
 	if parallel < 1 {
 		return nil, fmt.Errorf("scheduler: Backfill: parallel must be >= 1, got %d", parallel)
 	}
-	now := s.cfg.clock.Now()
+	for i, at := range slots {
+		if !j.sched.Next(at.Add(-time.Second)).Equal(at) {
+			return nil, fmt.Errorf("scheduler: Backfill: slot %d, %s, is not a time of the schedule %q; nothing was claimed",
+				i, at.UTC().Format(time.RFC3339Nano), j.Schedule)
+		}
+	}
+	now, err := s.redisNow(ctx, "Backfill")
+	if err != nil {
+		return nil, err
+	}
 	for i, at := range slots {
 		var why string
 		switch {
 		case at.After(now):
-			why = "is in the future: the replicas run it at its time (run now, it would close that slot early)"
-		case !j.sched.Next(at.Add(-time.Second)).Equal(at):
-			why = fmt.Sprintf("is not a time of the schedule %q", j.Schedule)
-		case at.Before(now.Add(-j.Retention)):
-			why = fmt.Sprintf("is older than the job's retention (%v) allows: its record may have expired, and a slot that ran would run again", j.Retention)
+			why = "is in the future on Redis's clock: the replicas run it at its time (run now, it would close that slot early)"
+		case at.Before(now.Add(-j.Retention + s.cfg.maxSkew)):
+			why = fmt.Sprintf("is older than the job's retention (%v), less max_skew (%v), allows on Redis's clock: its record may have expired, and a slot that ran would run again",
+				j.Retention, s.cfg.maxSkew)
 		}
 		if why != "" {
 			return nil, fmt.Errorf("scheduler: Backfill: slot %d, %s, %s; nothing was claimed", i, at.UTC().Format(time.RFC3339Nano), why)
 		}
 	}
 	out, err := s.oneShot(ctx, "Backfill", j, len(slots), parallel, func(r *runner, i int) slot.Claim {
-		return r.claim(slot.ClaimCatchup, j, slots[i])
+		c := r.claim(slot.ClaimCatchup, j, slots[i])
+		// Redis refuses it, recording nothing, should the slot be in its
+		// future or past the retention less this when it is claimed.
+		c.MaxEarly = s.cfg.maxSkew
+		return c
 	})
 	for i := range out {
 		if out[i].Slot.IsZero() { // not reached: ctx ended, or the backfill stopped
@@ -103,6 +121,28 @@ func (s *Scheduler) RunManual(ctx context.Context, job string, m slot.Manual) (s
 		return m, BackfillSlot{}, err
 	}
 	return m, out[0], err
+}
+
+// redisNow measures this process's clock against Redis's, as a replica does
+// before it claims, and returns the time on Redis's clock. A process whose
+// clock is further off than max_skew claims nothing, as a replica would not:
+// the error says by how much.
+func (s *Scheduler) redisNow(ctx context.Context, what string) (time.Time, error) {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.claimTimeout)
+	defer cancel()
+	if err := s.probe(pctx); err != nil {
+		return time.Time{}, fmt.Errorf("scheduler: %s: cannot measure this machine's clock against Redis's: %w; nothing was claimed", what, err)
+	}
+	offset, off := s.refused()
+	if off {
+		side := "behind"
+		if offset < 0 {
+			side = "ahead of"
+		}
+		return time.Time{}, fmt.Errorf("scheduler: %s: this machine's clock is %v %s Redis's, more than max_skew (%v): fix its clock; nothing was claimed",
+			what, max(offset, -offset).Round(time.Millisecond), side, s.cfg.maxSkew)
+	}
+	return s.cfg.clock.Now().Add(offset), nil
 }
 
 // checkManual gives m an ID if it has none, and checks it.
@@ -233,6 +273,15 @@ func (r *runner) claimOne(ctx context.Context, j *jobState, c slot.Claim, out *B
 		}
 		st.answered(res, nil)
 		switch {
+		case errors.Is(err, slot.ErrPastRetention):
+			st.end(ending{outcome: outcomeError, err: err})
+			out.Err = err
+			return "", 0, nil
+		case err == nil && res.Outcome == slot.OutcomeEarly:
+			err = fmt.Errorf("the slot is %v ahead of Redis's clock: the replicas run it at its time; nothing was recorded", res.Wait)
+			st.end(ending{outcome: outcomeError, err: err})
+			out.Err = err
+			return "", 0, nil
 		case err != nil && tries < 5 && ctx.Err() == nil:
 			st.end(ending{outcome: outcomeError, err: err})
 			if !r.sleep(ctx, backoff(tries)) {

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -125,6 +126,116 @@ func TestBackfillIsChecked(t *testing.T) {
 		ok := []time.Time{hour.Add(-47 * time.Hour), hour}
 		if res, err := s.Backfill(context.Background(), "j", ok, 1); err != nil || len(res) != 2 || res[0].State != slot.StateDone || res[1].State != slot.StateDone {
 			t.Errorf("Backfill of %v (within the retention, and the current slot): %+v, %v; want both run, done", ok, res, err)
+		}
+	})
+}
+
+// TestBackfillJudgesSlotsOnRedisClock: Backfill checks its slots against
+// Redis's clock, not its own. Before, a process whose clock lagged Redis's
+// by 1s (within max_skew) backfilled a slot whose done record had just
+// expired, and ran it a second time; one whose clock ran 10 minutes ahead
+// ran a slot 5 minutes before its time, closing it for the replicas.
+func TestBackfillJudgesSlotsOnRedisClock(t *testing.T) {
+	table := []scheduler.Job{{Name: "tick", Schedule: "@every 10s", MisfireGrace: 5 * time.Second, CatchupWindow: 30 * time.Second, Retention: time.Minute}}
+	for _, tc := range []struct {
+		name   string
+		offset time.Duration // the backfilling process's clock, from Redis's
+		ran    bool          // the slot ran before the backfill, on a replica
+		after  time.Duration // when the backfill asks for it, from the slot, on Redis's clock
+		want   string
+	}{
+		// The done record expired at the slot + 1m (its retention); the
+		// process's clock reads the slot + 59.5s.
+		{"behind, past the retention", -time.Second, true, time.Minute + 500*time.Millisecond, "is older than the job's retention (1m0s), less max_skew (2s)"},
+		// Within the retention less max_skew, the slot's record is there:
+		// the backfill finds it, and runs nothing.
+		{"behind, within the retention", -time.Second, true, time.Minute - 2500*time.Millisecond, ""},
+		{"ahead within max_skew, slot in the future", 1500 * time.Millisecond, false, -time.Second, "is in the future on Redis's clock"},
+		{"ahead past max_skew", 10 * time.Minute, false, -5 * time.Minute, "this machine's clock is 10m0s ahead of Redis's, more than max_skew (2s)"},
+		{"behind past max_skew", -3 * time.Second, false, 20 * time.Second, "this machine's clock is 3s behind Redis's, more than max_skew (2s)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T, h *harness) {
+				const key = "starts"
+				fns := map[string]jobs.Func{"tick": recorder(h.rdb, key, 0)}
+				at := nextSecond(0).Truncate(10 * time.Second).Add(20 * time.Second)
+				if tc.ran {
+					r1 := h.start("r1", registry(t, fns), table)
+					sleepUntil(at.Add(time.Second))
+					r1.stop()
+					if rec, ok := h.record("tick", at.Unix()); !ok || rec.State != slot.StateDone {
+						t.Fatalf("slot %v: record %+v, %v; want done", at.UTC(), rec, ok)
+					}
+				}
+				sleepUntil(at.Add(tc.after))
+				s, err := scheduler.New(h.store, registry(t, fns), scheduler.WithJobs(table...), scheduler.WithReplicaID("cli"),
+					scheduler.WithClock(newStepClock(tc.offset)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := s.Backfill(context.Background(), "tick", []time.Time{at}, 1)
+				switch {
+				case tc.want == "" && (err != nil || len(res) != 1 || res[0].Outcome != slot.OutcomeLost):
+					t.Errorf("Backfill: %+v, %v; want the slot lost to its record", res, err)
+				case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+					t.Errorf("Backfill: %+v, %v; want an error saying %q", res, err, tc.want)
+				}
+				want := 0
+				if tc.ran {
+					want = 1
+				}
+				n := 0
+				for _, st := range h.starts(key) {
+					if st.slot == at.Unix() {
+						n++
+					}
+				}
+				if n != want {
+					t.Errorf("slot %v started %d times; want %d", at.UTC(), n, want)
+				}
+				if rec, ok := h.record("tick", at.Unix()); ok != tc.ran && !strings.Contains(tc.name, "past the retention") {
+					t.Errorf("slot %v: record %+v, %v", at.UTC(), rec, ok)
+				}
+			})
+		})
+	}
+}
+
+// TestBackfillSlotsThatAgeOut: Redis checks each backfill claim's slot
+// against the retention as it decides it. A backfill of two slots of a job
+// that runs one at a time waits 15 minutes for the first one's run; by then
+// the second is older than the retention (1h) less max_skew: its record may
+// have expired, so Redis refuses it and records nothing. Before, the check
+// was made once, before the first claim, and the second slot ran.
+func TestBackfillSlotsThatAgeOut(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		table := []scheduler.Job{{Name: "j", Schedule: "* * * * *", Retention: time.Hour, CatchupWindow: time.Minute}}
+		fns := map[string]jobs.Func{"j": recorder(h.rdb, "starts", 15*time.Minute)}
+		time.Sleep(2 * time.Hour)
+		minute := time.Now().Truncate(time.Minute)
+		slots := []time.Time{minute.Add(-58 * time.Minute), minute.Add(-50 * time.Minute)}
+		s, err := scheduler.New(h.store, registry(t, fns), scheduler.WithJobs(table...), scheduler.WithReplicaID("cli"),
+			scheduler.WithLeaseTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Backfill(context.Background(), "j", slots, 1)
+		if err != nil || len(res) != 2 {
+			t.Fatalf("Backfill: %+v, %v", res, err)
+		}
+		if res[0].Outcome != slot.OutcomeWon || res[0].State != slot.StateDone {
+			t.Errorf("first slot: %+v; want won, done", res[0])
+		}
+		if !errors.Is(res[1].Err, slot.ErrPastRetention) || res[1].Outcome != "" {
+			t.Errorf("second slot, 65 minutes old when claimed: %+v; want Err wrapping slot.ErrPastRetention", res[1])
+		} else {
+			t.Logf("second slot: %v", res[1].Err)
+		}
+		if rec, ok := h.record("j", slots[1].Unix()); ok {
+			t.Errorf("second slot has a record: %+v", rec)
+		}
+		if starts := h.starts("starts"); len(starts) != 1 || starts[0].slot != slots[0].Unix() {
+			t.Errorf("starts %+v; want only the first slot's", starts)
 		}
 	})
 }

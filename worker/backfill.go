@@ -52,16 +52,27 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 		return fail("-to %q is not an RFC 3339 time (2026-11-22T12:00:00Z)", a.to)
 	case to.Before(from):
 		return fail("-to %s is before -from %s", a.to, a.from)
-	case to.After(time.Now()):
-		return fail("-to %s is in the future: its slots are the scheduler's", a.to)
 	case a.parallel < 1:
 		return fail("-parallel must be >= 1, got %d", a.parallel)
+	}
+	if !reachable(ctx, cfg, rdb, "backfill", stderr) {
+		return 1
+	}
+	// The range is judged on Redis's clock, which decides the slots (and
+	// scheduler.Backfill checks each slot again, against it).
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		fmt.Fprintf(stderr, "worker backfill: reading Redis's clock: %v\n", err)
+		return 1
+	}
+	if to.After(now) {
+		return fail("-to %s is in the future on Redis's clock (%s): its slots are the scheduler's", a.to, now.UTC().Format(time.RFC3339))
 	}
 	// A slot record lives for the job's retention: past it, "no record"
 	// no longer means "never ran", and a backfill would run it again.
 	retention := jc.schedulerJob().WithDefaults(cfg.Lease.TTL).Retention
-	if oldest := time.Now().Add(-retention).Add(time.Minute); from.Before(oldest) {
-		return fail("-from %s is older than the job's retention (%v) allows: its slots' records may have expired, and a slot that ran would run again; use -from %s or later",
+	if oldest := now.Add(-retention).Add(time.Minute); from.Before(oldest) {
+		return fail("-from %s is older than the job's retention (%v) allows on Redis's clock: its slots' records may have expired, and a slot that ran would run again; use -from %s or later",
 			a.from, retention, oldest.UTC().Truncate(time.Minute).Add(time.Minute).Format(time.RFC3339))
 	}
 	sched, _ := scheduler.ParseSchedule(jc.Schedule) // validated with the config
@@ -71,9 +82,6 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 			return fail("[%s, %s] holds more than %d slots of %q; backfill a shorter range at a time", a.from, a.to, scheduler.MaxCatchupSlots, jc.Schedule)
 		}
 		slots = append(slots, t)
-	}
-	if !reachable(ctx, cfg, rdb, "backfill", stderr) {
-		return 1
 	}
 	store, err := slotstore.New(rdb, cfg.Redis.KeyPrefix)
 	if err != nil {

@@ -101,7 +101,8 @@ jobs:
 		}
 	}
 	refused("no replica is live", rng...)
-	refused("older than the job's retention (24h0m0s) allows", "-from", time.Now().Add(-25*time.Hour).UTC().Format(time.RFC3339), "-to", to.UTC().Format(time.RFC3339))
+	refused("is in the future on Redis's clock", "-from", from.UTC().Format(time.RFC3339), "-to", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	refused("older than the job's retention (24h0m0s) allows on Redis's clock", "-from", time.Now().Add(-25*time.Hour).UTC().Format(time.RFC3339), "-to", to.UTC().Format(time.RFC3339))
 
 	// Two workers run the table; two backfills race over the range.
 	stop := startWorkers(t, path, register, "w0", "w1")
