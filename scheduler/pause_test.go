@@ -25,7 +25,7 @@ func TestPauseStopsEveryReplica(t *testing.T) {
 		}
 		first := nextSecond(0)
 		sleepUntil(first.Add(2500 * time.Millisecond)) // slots first .. first+2 run
-		if _, err := h.store.Pause(context.Background(), "tick", "migration", "ops@host"); err != nil {
+		if _, _, err := h.store.Pause(context.Background(), "tick", "migration", "ops@host"); err != nil {
 			t.Fatal(err)
 		}
 		sleepUntil(first.Add(5500 * time.Millisecond)) // slots +3 .. +5 are paused

@@ -44,13 +44,13 @@ var contestedCases = []contestedCase{
 		return live(job, at, "r2"), 0
 	}},
 	{"paused", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
-		if _, err := s.Pause(context.Background(), job, "", "ops"); err != nil {
+		if _, _, err := s.Pause(context.Background(), job, "", "ops"); err != nil {
 			t.Fatal(err)
 		}
 		return live(job, at, "r2"), 0
 	}},
 	{"recorded paused", func(t *testing.T, _ *redis.Client, s *slotstore.Store, job string, at time.Time) (slot.Claim, int64) {
-		if _, err := s.Pause(context.Background(), job, "", "ops"); err != nil {
+		if _, _, err := s.Pause(context.Background(), job, "", "ops"); err != nil {
 			t.Fatal(err)
 		}
 		claimOne(t, s, live(job, at, "r1"))

@@ -159,7 +159,7 @@ func TestManualSlotsOverlapAllow(t *testing.T) {
 func TestManualSlotsArePaused(t *testing.T) {
 	_, _, s := newSlots(t)
 	ctx := context.Background()
-	if _, err := s.Pause(ctx, "p", "freeze", "ops@host"); err != nil {
+	if _, _, err := s.Pause(ctx, "p", "freeze", "ops@host"); err != nil {
 		t.Fatal(err)
 	}
 	if r := claimOne(t, s, manual("p", "k", "r1")); r.Outcome != slot.OutcomePaused {

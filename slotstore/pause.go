@@ -15,25 +15,33 @@ import (
 // Pause pauses job across every replica: from the next claim on, each of its
 // slots is recorded paused, with note and by, and none runs. Runs in
 // progress go on. It reports whether the job was running (false: a pause
-// stood, and now has this note). The pause is written where replicas of
+// stood, and now has this note and by), and since when the pause that now
+// stands holds, on Redis's clock: a pause that stood keeps its time, so
+// every Pause while it stands, a Pause sent again after its reply was lost
+// included, answers the same since. The pause is written where replicas of
 // protocol 1 read it too, so that it holds while a deployment upgrades
 // (versions older than pauses ignore it). Every paused slot's record holds
 // note and by, so each may be at most slot.MaxNote bytes.
-func (s *Store) Pause(ctx context.Context, job, note, by string) (bool, error) {
+func (s *Store) Pause(ctx context.Context, job, note, by string) (changed bool, since time.Time, err error) {
 	if err := checkJob(job); err != nil {
-		return false, fmt.Errorf("slotstore: pausing: %w", err)
+		return false, time.Time{}, fmt.Errorf("slotstore: pausing: %w", err)
 	}
 	if by == "" {
-		return false, fmt.Errorf("slotstore: pausing %s: say who pauses it (by)", job)
+		return false, time.Time{}, fmt.Errorf("slotstore: pausing %s: say who pauses it (by)", job)
 	}
 	if err := errors.Join(slot.CheckNote("by", by), slot.CheckNote("the note", note)); err != nil {
-		return false, fmt.Errorf("slotstore: pausing %s: %w", job, err)
+		return false, time.Time{}, fmt.Errorf("slotstore: pausing %s: %w", job, err)
 	}
-	n, err := pauseScript.Run(ctx, s.rdb, []string{s.stateKey(job), s.v1PausedKey(job)}, "pause", note, by).Int()
+	vals, err := pauseScript.Run(ctx, s.rdb, []string{s.stateKey(job), s.v1PausedKey(job)}, "pause", note, by).Slice()
 	if err != nil {
-		return false, fmt.Errorf("slotstore: pausing %s: %w", job, err)
+		return false, time.Time{}, fmt.Errorf("slotstore: pausing %s: %w", job, err)
 	}
-	return n == 1, nil
+	r := reply(vals)
+	changed, since = r.int(0) == 1, time.UnixMilli(r.int(1))
+	if r.err != nil {
+		return false, time.Time{}, fmt.Errorf("slotstore: pausing %s: %w in reply %v", job, r.err, vals)
+	}
+	return changed, since, nil
 }
 
 // Resume ends job's pause: the next slot runs. It reports whether the job was

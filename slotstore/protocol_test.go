@@ -156,7 +156,7 @@ func TestJobStatesReadsInProtocol1(t *testing.T) {
 func TestPauseReachesProtocol1(t *testing.T) {
 	_, rdb, s := newSlots(t)
 	ctx := context.Background()
-	if _, err := s.Pause(ctx, "p1", "deploy", "ops@host"); err != nil {
+	if _, _, err := s.Pause(ctx, "p1", "deploy", "ops@host"); err != nil {
 		t.Fatal(err)
 	}
 	h := rdb.HGetAll(ctx, s.Prefix()+":{p1}:paused").Val()

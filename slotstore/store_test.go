@@ -1015,10 +1015,10 @@ func TestPause(t *testing.T) {
 	ctx := context.Background()
 	at := time.Unix(1_700_004_000, 0)
 	running := claimOne(t, s, live("p", at, "r1"))
-	if changed, err := s.Pause(ctx, "p", "migration", "ops@host"); err != nil || !changed {
+	if changed, _, err := s.Pause(ctx, "p", "migration", "ops@host"); err != nil || !changed {
 		t.Fatalf("Pause = %v, %v", changed, err)
 	}
-	if changed, err := s.Pause(ctx, "p", "migration, day 2", "ops@host"); err != nil || changed {
+	if changed, _, err := s.Pause(ctx, "p", "migration, day 2", "ops@host"); err != nil || changed {
 		t.Fatalf("Pause again = %v, %v: want no change of state", changed, err)
 	}
 	pauses, err := s.Pauses(ctx, []string{"p", "other"})
@@ -1067,7 +1067,7 @@ func TestPauseBoundsNoteAndBy(t *testing.T) {
 	ctx := context.Background()
 	long := strings.Repeat("n", slot.MaxNote+1)
 	for name, args := range map[string][2]string{"note": {long, "ops@host"}, "by": {"migration", long}} {
-		if _, err := s.Pause(ctx, "p", args[0], args[1]); err == nil || !strings.Contains(err.Error(), "1025 bytes, more than 1024") {
+		if _, _, err := s.Pause(ctx, "p", args[0], args[1]); err == nil || !strings.Contains(err.Error(), "1025 bytes, more than 1024") {
 			t.Errorf("Pause with a %s of %d bytes: %v, want refused", name, len(long), err)
 		}
 	}
@@ -1075,7 +1075,7 @@ func TestPauseBoundsNoteAndBy(t *testing.T) {
 		t.Fatalf("after refused pauses: %d pauses (%v); want none", len(pauses), err)
 	}
 	note := strings.Repeat("n", slot.MaxNote)
-	if changed, err := s.Pause(ctx, "p", note, "ops@host"); err != nil || !changed {
+	if changed, _, err := s.Pause(ctx, "p", note, "ops@host"); err != nil || !changed {
 		t.Fatalf("Pause with a note of %d bytes = %v, %v", len(note), changed, err)
 	}
 	if pauses, err := s.Pauses(ctx, []string{"p"}); err != nil || pauses["p"].Note != note {

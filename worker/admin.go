@@ -100,9 +100,10 @@ func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, s *sch
 					http.Error(w, err.Error(), http.StatusBadRequest)
 					return
 				}
-				changed, err = store.Pause(ctx, job, note, "http "+r.RemoteAddr)
-				if err == nil && changed {
-					err = addPaused(ctx, cfg, store, job, note, "http "+r.RemoteAddr, time.Now())
+				var since time.Time
+				changed, since, err = store.Pause(ctx, job, note, "http "+r.RemoteAddr)
+				if err == nil { // whether or not it changed: see worker pause
+					err = addPaused(ctx, cfg, store, job, note, "http "+r.RemoteAddr, since)
 				}
 			} else {
 				changed, err = store.Resume(ctx, job)

@@ -309,7 +309,10 @@ func (a *alerter) flush(ctx context.Context) {
 	}
 }
 
-// addPaused adds a "paused" event to the outbox, for any replica to send.
+// addPaused adds a "paused" event to the outbox, for any replica to send: a
+// pause's alert, named by the time the pause began on Redis's clock (since),
+// so that it is added once however often the pause is asked for while it
+// stands.
 func addPaused(ctx context.Context, cfg *Config, store *slotstore.Store, job, note, by string, at time.Time) error {
 	if len(cfg.Alerts.Webhooks) == 0 || !slices.Contains(cfg.Alerts.Events, string(scheduler.EventPaused)) {
 		return nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // webhookReceiver records what it is sent, checks every signature, and
@@ -74,7 +75,8 @@ func (wr *webhookReceiver) snapshot() (map[string]alertPayload, map[string]int, 
 // failure is POSTed once to each of two webhooks, signed, by the replica
 // that recorded it, although every replica has the hook; the webhook that
 // fails the first two attempts of each delivery gets it on the third. A
-// pause is sent once too. Restarted, the workers send nothing again.
+// pause is sent once too, although its first reply was lost and it was
+// asked for twice. Restarted, the workers send nothing again.
 func TestWebhooks(t *testing.T) {
 	srv := redistest.StartOwned(t)
 	rdb := srv.Client()
@@ -121,9 +123,23 @@ jobs:
 
 	stop := startWorkers(t, path, register, "h0", "h1", "h2")
 	waitFor(t, 30*time.Second, func() bool { n, _ := rdb.Get(context.Background(), "wh:test:runs").Int(); return n >= 5 })
+	// The pause's first try reaches Redis and its reply is lost (as if
+	// go-redis sent it again after a timeout, or the command failed and was
+	// run again): the pause stands, and no alert was added for it.
+	store, err := slotstore.New(rdb, "wh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Pause(context.Background(), "boom", "enough", "ops@host"); err != nil {
+		t.Fatal(err)
+	}
+	// Asked for again, the pause's alert goes, once: the second time, with
+	// another note, it is the same pause.
 	var out, eb bytes.Buffer
-	if code := Command(context.Background(), []string{"pause", "boom", "-note", "enough", "-config", path}, register, &out, &eb); code != 0 {
-		t.Fatalf("pause: %d %s", code, eb.String())
+	for _, note := range []string{"enough", "enough, really"} {
+		if code := Command(context.Background(), []string{"pause", "boom", "-note", note, "-config", path}, register, &out, &eb); code != 0 {
+			t.Fatalf("pause: %d %s", code, eb.String())
+		}
 	}
 	// 3 failures and a pause: each on its third attempt at the flaky
 	// webhook, after backoffs of 1s and 2s.

@@ -106,7 +106,7 @@ jobs:
 
 	// Two workers run the table; two backfills race over the range.
 	stop := startWorkers(t, path, register, "w0", "w1")
-	if _, err := store.Pause(ctx, "tick", "maintenance", "ops@host"); err != nil {
+	if _, _, err := store.Pause(ctx, "tick", "maintenance", "ops@host"); err != nil {
 		t.Fatal(err)
 	}
 	refused("tick is paused (by ops@host: maintenance): resume it first", rng...)

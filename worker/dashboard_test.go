@@ -83,7 +83,7 @@ jobs:
 	if !strings.Contains(html, "ticked by d1") && !strings.Contains(html, "ticked by d2") {
 		t.Errorf("no run's result on the page")
 	}
-	if _, err := store.Pause(context.Background(), "tick", "<b>maintenance</b>", "ops@host"); err != nil {
+	if _, _, err := store.Pause(context.Background(), "tick", "<b>maintenance</b>", "ops@host"); err != nil {
 		t.Fatal(err)
 	}
 	html = page()

@@ -129,7 +129,7 @@ jobs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Pause(context.Background(), "tick", "dashboard test", "test"); err != nil {
+	if _, _, err := store.Pause(context.Background(), "tick", "dashboard test", "test"); err != nil {
 		t.Fatal(err)
 	}
 	waitLog(t, log, `slot recorded paused: the job is paused`)

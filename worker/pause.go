@@ -61,21 +61,29 @@ func pause(ctx context.Context, cfg *Config, rdb redis.UniversalClient, sub, job
 			return 1
 		}
 		if p, ok := pauses[job]; ok {
+			// Its alert, should the pause's own have been lost with its reply.
+			if err := addPaused(ctx, cfg, slots, job, p.Note, p.By, p.At); err != nil {
+				fmt.Fprintf(stderr, "worker pause: paused, but the alert could not be added to the outbox: %v\n", err)
+				return 1
+			}
 			fmt.Fprintf(out, "%s was paused already, by %s since %s: %q; left as it is (-note replaces the note)\n",
 				job, p.By, p.At.UTC().Format(time.RFC3339), p.Note)
 			return 0
 		}
 	}
-	changed, err := slots.Pause(ctx, job, note, asker())
+	changed, since, err := slots.Pause(ctx, job, note, asker())
 	if err != nil {
 		fmt.Fprintf(stderr, "worker pause: %v\n", err)
 		return 1
 	}
-	if changed {
-		if err := addPaused(ctx, cfg, slots, job, note, asker(), time.Now()); err != nil {
-			fmt.Fprintf(stderr, "worker pause: paused, but the alert could not be added to the outbox: %v\n", err)
-			return 1
-		}
+	// Added whether or not this call changed the state: a pause whose reply
+	// was lost (a timeout; go-redis may have sent it again, and the second
+	// try found the first's pause) or that an earlier run of this command
+	// made before it failed. The alert is named by the pause's time, so the
+	// outbox adds it once per pause.
+	if err := addPaused(ctx, cfg, slots, job, note, asker(), since); err != nil {
+		fmt.Fprintf(stderr, "worker pause: paused, but the alert could not be added to the outbox: %v\n", err)
+		return 1
 	}
 	if changed {
 		fmt.Fprintf(out, "paused %s: from its next slot on, every replica records its slots paused and runs none; runs in progress go on\n", job)

@@ -11,8 +11,13 @@
 -- ARGV[2]  pause: the note
 -- ARGV[3]  pause: who asked (user@host)
 --
--- Returns 1 when the job's state changed (it was running and is paused, or
--- was paused and runs again; a pause that stands gets the new note), else 0
+-- Returns, for resume, 1 when the job was paused and runs again, else 0;
+-- for pause, {changed, since}: changed is 1 when the job was running and is
+-- paused, 0 when a pause stood (it gets the new note and who asked, and
+-- keeps its time); since is when the pause that now stands began, ms on
+-- Redis's clock. A pause sent again after its reply was lost finds its own
+-- pause standing, with the same since: the caller's alert for it, named by
+-- since, is then the same alert.
 if ARGV[1] == 'resume' then
   local n = redis.call('HDEL', KEYS[1], 'paused_by', 'paused_note', 'paused_at')
   local m = redis.call('DEL', KEYS[2])
@@ -23,7 +28,11 @@ if ARGV[1] == 'resume' then
 end
 local t = redis.call('TIME')
 local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local existed = redis.call('HEXISTS', KEYS[1], 'paused_by')
+local since = redis.call('HMGET', KEYS[1], 'paused_by', 'paused_at')
+local changed = 1
+if since[1] then
+  changed, at = 0, tonumber(since[2]) or at
+end
 redis.call('HSET', KEYS[1], 'paused_by', ARGV[3], 'paused_note', ARGV[2], 'paused_at', at)
 redis.call('HSET', KEYS[2], 'note', ARGV[2], 'by', ARGV[3], 'at', at)
-return 1 - existed
+return {changed, at}
