@@ -49,6 +49,9 @@ func decide(c slot.Claim, res slot.Result, self string) decision {
 	switch res.Outcome {
 	case slot.OutcomeWon:
 		d.run, d.unwatch = true, true
+		if c.Kind == slot.ClaimTakeover { // on_owner_lost retry: the only word of a dead owner
+			d.level, d.msg = slog.LevelWarn, "slot taken over: its owner lost its lease; running the next attempt here"
+		}
 		if res.Unreplicated {
 			d.level, d.msg = slog.LevelWarn, "slot won, but fewer replicas acknowledged the claim than wait_replicas asks: a failover now could lose it and run the slot again"
 		}

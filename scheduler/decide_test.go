@@ -50,8 +50,8 @@ func TestDecide(t *testing.T) {
 			want{outcome: "won", run: true, unwatch: true, level: slog.LevelWarn, logged: true}},
 		{"catch-up won", slot.ClaimCatchup, slot.Result{Outcome: slot.OutcomeWon},
 			want{outcome: "won", run: true, unwatch: true}},
-		{"takeover won (attempt+1)", slot.ClaimTakeover, slot.Result{Outcome: slot.OutcomeWon, Attempt: 2},
-			want{outcome: "won", run: true, unwatch: true}},
+		{"takeover won (attempt+1): said at WARN, as an abandon is", slot.ClaimTakeover, slot.Result{Outcome: slot.OutcomeWon, Attempt: 2},
+			want{outcome: "won", run: true, unwatch: true, level: slog.LevelWarn, logged: true}},
 
 		// Lost: watch a running slot in case its owner dies; a finished one is done.
 		{"live lost to a running owner", slot.ClaimLive, slot.Result{Outcome: slot.OutcomeLost, Holder: "other", State: slot.StateRunning},

@@ -231,3 +231,83 @@ func TestALostAbandonIsReported(t *testing.T) {
 		}
 	})
 }
+
+// TestARetryIsNotStarvedByLaterSlots: under on_owner_lost retry and
+// overlap skip, the owner of a slot dies (its network is cut for good) two
+// seconds into a run of a job that runs 6s of every 15s, with a lease TTL
+// of 15s: the job's slots keep coming, one lease TTL apart. The slot's
+// second attempt must run within a couple of periods. Before, the watcher's
+// takeover found the next slot's run holding the job, and was sent again
+// when that run's lease would have run out: by then that run had ended and
+// the slot after it held the job, and so on; the slot stayed running for
+// minutes with no WARN (found by a new user's trial, with examples/nap).
+func TestARetryIsNotStarvedByLaterSlots(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		const key = "starts"
+		table := []scheduler.Job{{Name: "nap", Schedule: "@every 15s", LeaseTTL: 15 * time.Second,
+			OnOwnerLost: scheduler.OwnerLostRetry, MaxAttempts: 3}}
+		reg := func() *jobs.Registry {
+			return registry(t, map[string]jobs.Func{"nap": recorder(h.rdb, key, 6*time.Second)})
+		}
+		replicas := map[string]*replica{}
+		var warned lines
+		for _, id := range []string{"r1", "r2", "r3"} {
+			replicas[id] = h.start(id, reg(), table, scheduler.WithShutdownGrace(100*time.Millisecond),
+				scheduler.WithLogger(slog.New(slog.NewTextHandler(&warned, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", id)))
+		}
+		// Past the first heartbeats, so that the replicas route among all three.
+		at := nextSecond(20 * time.Second).Truncate(15 * time.Second).Add(15 * time.Second)
+		sleepUntil(at.Add(2 * time.Second))
+		var first *start
+		for _, s := range h.starts(key) {
+			if s.slot == at.Unix() {
+				first = &s
+			}
+		}
+		if first == nil {
+			t.Fatalf("slot %v did not start", at.UTC())
+		}
+		replicas[first.replica].net.freeze() // dead, as Redis sees it
+		t.Logf("slot %v: attempt 1 on %s, cut off 2s in", at.UTC(), first.replica)
+
+		sleepUntil(at.Add(4 * time.Minute))
+		var second *start
+		later := 0
+		for _, s := range h.starts(key) {
+			switch {
+			case s.slot == at.Unix() && s.attempt == 2:
+				second = &s
+			case s.slot > at.Unix():
+				later++
+			}
+		}
+		rec, _ := h.record("nap", at.Unix())
+		if second == nil {
+			t.Fatalf("after 4 minutes slot %v has no attempt 2 (record %s, attempt %d, owner %s); %d later slots ran meanwhile",
+				at.UTC(), rec.State, rec.Attempt, rec.Owner, later)
+		}
+		t.Logf("attempt 2 on %s, %v after the slot; record %s", second.replica, rec.Started.Sub(at), rec.State)
+		for k := int64(1); k <= 6; k++ { // the later slots: each has a record
+			r, ok := h.record("nap", at.Unix()+15*k)
+			if !ok {
+				t.Errorf("slot +%ds has no record", 15*k)
+			}
+			t.Logf("slot +%ds: %s %s %q", 15*k, r.State, r.Owner, r.Error)
+		}
+		if d := rec.Started.Sub(at); d > 3*15*time.Second {
+			t.Errorf("attempt 2 started %v after its slot: more than three periods (lease TTLs)", d)
+		}
+		// The takeover says so at WARN: under retry it is the only word that
+		// an owner died (before, only attempt 2's INFO "job started").
+		said := 0
+		for _, l := range warned.all() {
+			if strings.Contains(l, "level=WARN") && strings.Contains(l, "slot taken over") && strings.Contains(l, "replica="+second.replica) &&
+				strings.Contains(l, "slotcron.attempt=2") {
+				said++
+			}
+		}
+		if said != 1 {
+			t.Errorf("%d WARN lines of the takeover, want 1:\n%s", said, strings.Join(warned.all(), "\n"))
+		}
+	})
+}

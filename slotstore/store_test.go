@@ -658,6 +658,56 @@ func TestSlotTakeoverBusyNamesTheHolder(t *testing.T) {
 	}
 }
 
+// TestARetryTakesTheJobsNextTurn: a retry takeover (overlap skip) that
+// finds a later slot's run holding the job takes the job's next turn. Once
+// that run has ended, a claim of another slot is recorded skipped, naming
+// the retry, rather than taking the job first (before, a job whose runs
+// followed each other never let the retry in, and its slot stayed running);
+// the takeover, back, wins attempt 2, and the turn ends with it. A turn
+// nobody came back for lapses.
+func TestARetryTakesTheJobsNextTurn(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	dead := time.Unix(1_700_000_560, 0)
+	claimOne(t, s, live("turn", dead, "dies"))
+	lapse(t, rdb, s, "turn", "lease") // the owner's lease expires
+	held := claimOne(t, s, live("turn", dead.Add(15*time.Second), "r3"))
+	if held.Outcome != slot.OutcomeWon {
+		t.Fatalf("the later slot: %+v", held)
+	}
+	if r := claimOne(t, s, takeover("turn", dead, "r2", true, 3)); r.Outcome != slot.OutcomeBusy || r.Holder != "r3" {
+		t.Fatalf("retry takeover while a later run holds the job: %+v, want busy", r)
+	}
+	if err := finish(s, held.Lease, slot.StateDone, ""); err != nil {
+		t.Fatal(err)
+	}
+	next := dead.Add(30 * time.Second)
+	r := claimOne(t, s, live("turn", next, "r4"))
+	if r.Outcome != slot.OutcomeSkipped || r.Holder != "r2" || !r.HolderSlot.Equal(dead) {
+		t.Fatalf("a claim while the retry waits for its turn: %+v, want skipped, held for r2's retry of %d", r, dead.Unix())
+	}
+	if rec, _, _ := s.Record(ctx, "turn", next); !strings.Contains(rec.Error, "held for the retry of slot 2023-11-14T22:22:40Z") {
+		t.Errorf("the skipped slot's record says %q", rec.Error)
+	}
+	second := claimOne(t, s, takeover("turn", dead, "r2", true, 3))
+	if second.Outcome != slot.OutcomeWon || second.Attempt != 2 {
+		t.Fatalf("the retry, back: %+v, want attempt 2 won", second)
+	}
+	if err := finish(s, second.Lease, slot.StateDone, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := claimOne(t, s, live("turn", dead.Add(45*time.Second), "r4")); r.Outcome != slot.OutcomeWon {
+		t.Fatalf("a claim after the retry: %+v, want won", r)
+	} else {
+		finish(s, r.Lease, slot.StateDone, "")
+	}
+	// A turn whose takeover never came back holds the job no longer.
+	setLease(t, rdb, s, "turn", "turn", "gone", strconv.FormatInt(dead.Unix()-15, 10), "r9", -time.Millisecond)
+	if r := claimOne(t, s, live("turn", dead.Add(60*time.Second), "r4")); r.Outcome != slot.OutcomeWon {
+		t.Fatalf("a claim under a lapsed turn: %+v, want won", r)
+	}
+}
+
 // TestTakeoverFollowsTheOwnersLease: in a rolling deploy, the owner ran with
 // overlap skip (the job's lease) and a newer replica, with overlap allow,
 // checks on the slot. It must judge the owner by the lease the record names,

@@ -60,8 +60,11 @@
 --   {"lost", owner, state, fence, attempt}       the slot has a record (owner is this
 --                                                replica for a retried claim whose run
 --                                                lost the job's lease meanwhile)
---   {"skipped", holder, holder_slot, pttl}       recorded: the run of holder_slot holds the lease
---                                                (holder_slot: unix s, or a manual slot's "m:<id>")
+--   {"skipped", holder, holder_slot, pttl}       recorded: the run of holder_slot holds the lease,
+--                                                or a retry of holder_slot has the job's turn
+--                                                (record_lib.lua; holder: the replica that
+--                                                will run it) (holder_slot: unix s, or a
+--                                                manual slot's "m:<id>")
 --   {"busy", holder, pttl, holder_slot}          modes "wait" and "ahead", and "live" before the
 --                                                slot's time: a run holds the lease; nothing
 --                                                recorded
@@ -179,8 +182,17 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   if not skip then
     lf = 'lease:' .. ref
   end
-  local j = redis.call('HMGET', st, lf, 'fence', 'last', 'running', 'paused_by', 'paused_note', 'ends')
+  local j = redis.call('HMGET', st, lf, 'fence', 'last', 'running', 'paused_by', 'paused_note', 'ends', 'turn')
   local ltok, lref, luntil, lholder = lease_of(j[1])
+  local turn = false
+  if skip and j[8] and not (ltok and luntil > now) then
+    -- A retry of a slot whose owner died waits for its turn: the job is
+    -- held for it (takeover.lua).
+    local ttok, tref, tuntil, tholder = turn_of(j[8], ref, now)
+    if ttok then
+      ltok, lref, luntil, lholder, turn = ttok, tref, tuntil, tholder, true
+    end
+  end
   local late, at = 0, 0
   if manual then
     at = now
@@ -241,8 +253,11 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
       -- have ended)
       return {'busy', lholder, luntil - now, lref}
     end
-    r = close(rec, st, ring, j, ref, manual, at, retention, 'skipped',
-      'overlap: the run of ' .. slot_name(lref) .. ' on ' .. lholder .. ' still holds the job', by, note)
+    local why = 'overlap: the run of ' .. slot_name(lref) .. ' on ' .. lholder .. ' still holds the job'
+    if turn then
+      why = 'overlap: the job is held for the retry of ' .. slot_name(lref) .. ' (its owner lost its lease), by ' .. lholder
+    end
+    r = close(rec, st, ring, j, ref, manual, at, retention, 'skipped', why, by, note)
     if r then
       return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end

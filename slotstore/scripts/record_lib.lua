@@ -24,6 +24,13 @@
 -- small hash as a list, where every field read is a scan), and recording an
 -- end reads nothing of it.
 --   paused_by, paused_note, paused_at   the job's pause, while it stands
+--   turn         a retry's turn (overlap skip), the lease's shape: "<token> <ref>
+--                <until_ms> <replica>". A takeover under on_owner_lost retry of
+--                slot <ref> (takeover.lua) found another run holding the job; until
+--                until_ms the job is held for that retry whenever its lease is
+--                free, so that later slots do not take the job first each time it
+--                frees (claim.lua answers them as if a run held it). Gone once
+--                the slot is settled; it lapses if no takeover comes back.
 --   v            "2" once the job's protocol-1 keys were read in (jobstates.lua)
 
 -- lp is one text field of a record.
@@ -84,6 +91,17 @@ local function lease_of(v)
     return nil
   end
   return token, ref, tonumber(till), holder
+end
+
+-- turn_of reads the job's turn (the field's value v) for a claim or takeover
+-- of ref: a retry of another slot whose turn stands at now, as lease_of
+-- reads a lease; nil when there is none, or it is ref's own.
+local function turn_of(v, ref, now)
+  local token, tref, till, holder = lease_of(v)
+  if token and tref ~= ref and till > now then
+    return token, tref, till, holder
+  end
+  return nil
 end
 
 -- with returns a space-separated list with ref at its end.

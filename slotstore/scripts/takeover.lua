@@ -43,11 +43,16 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
--- unlist takes a settled slot out of the job's running list.
+-- unlist takes a settled slot out of the job's running list, and ends its
+-- retry's turn (record_lib.lua) if it has one.
 local function unlist(st, ref)
-  local running = redis.call('HGET', st, 'running')
-  if has(running, ref) then
-    redis.call('HSET', st, 'running', without(running, ref))
+  local j = redis.call('HMGET', st, 'running', 'turn')
+  if has(j[1], ref) then
+    redis.call('HSET', st, 'running', without(j[1], ref))
+  end
+  local _, tref = lease_of(j[2])
+  if tref == ref then
+    redis.call('HDEL', st, 'turn')
   end
 end
 
@@ -104,21 +109,37 @@ local function settle(rec, st, ring, token, ref, ttl, retention, policy, limit, 
     redis.call('HSET', st, lf, token .. ' ' .. ref .. ' ' .. (now + tonumber(ttl)) .. ' ' .. replica)
     return {'won', tonumber(r.fence), tonumber(r.attempt), r.lease, r.run_id, tonumber(r.started), tonumber(r.at), r.by, r.note}
   end
-  local j = redis.call('HMGET', st, lf, 'fence', 'running', 'ends')
+  local j = redis.call('HMGET', st, lf, 'fence', 'running', 'ends', 'turn')
   local ltok, lref, luntil, lholder = lease_of(j[1])
   if ltok == r.token and luntil > now then
     return {'alive', luntil - now}
   end
   local attempt = tonumber(r.attempt) or 1
   if policy == 'retry' and attempt < tonumber(limit) then
+    local skip = r.lease ~= 'slot'
+    local ttok, tref, tuntil, tholder = turn_of(j[5], ref, now)
     if ltok and luntil > now then
+      -- Another run holds the job. This slot takes the job's next turn
+      -- (unless another retry has it): until this takeover comes back, once
+      -- that run's lease would have run out, later slots do not take the
+      -- job first, or a job whose runs follow each other would never let
+      -- the retry in.
+      if skip and not ttok then
+        redis.call('HSET', st, 'turn', token .. ' ' .. ref .. ' ' .. (luntil + tonumber(ttl)) .. ' ' .. replica)
+      end
       return {'busy', lholder, luntil - now, lref}
+    end
+    if skip and ttok then -- another retry's turn
+      return {'busy', tholder, tuntil - now, tref}
     end
     local f = next_fence(j[2], now_us)
     local fs = string.format('%.0f', f)
     redis.call('SET', rec, record('running', fs, attempt + 1, now, 0, r.at, r.lease, token, run_id, ref, replica,
       'attempt ' .. attempt .. ' on ' .. r.owner .. ' lost its lease', '', r.by, r.note), 'PX', retention)
     redis.call('HSET', st, lf, token .. ' ' .. ref .. ' ' .. (now + tonumber(ttl)) .. ' ' .. replica, 'fence', fs)
+    if j[5] and skip then -- this slot's turn, or one that lapsed
+      redis.call('HDEL', st, 'turn')
+    end
     return {'won', f, attempt + 1, r.lease, run_id, now, tonumber(r.at), r.by, r.note}
   end
   local f = next_fence(j[2], now_us)
@@ -142,6 +163,10 @@ local function settle(rec, st, ring, token, ref, ttl, retention, policy, limit, 
     redis.call('HSET', st, 'fence', fs, 'running', without(j[3], ref), 'ends', ends, 'lease', '')
   else
     redis.call('HSET', st, 'fence', fs, 'running', without(j[3], ref), 'ends', ends)
+  end
+  local _, tref = lease_of(j[5])
+  if tref == ref then -- its retry's turn, past the attempt limit
+    redis.call('HDEL', st, 'turn')
   end
   if r.lease == 'slot' and ltok then -- its own lease, lapsed
     redis.call('HDEL', st, lf)
