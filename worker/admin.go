@@ -164,7 +164,7 @@ type triggerView struct {
 // trigger asks this replica's scheduler for a manual slot of job.
 func trigger(ctx context.Context, w http.ResponseWriter, r *http.Request, s *scheduler.Scheduler, job string) {
 	m := slot.Manual{ID: r.FormValue("key"), Note: r.FormValue("note"), By: "http " + r.RemoteAddr}
-	if m.ID != "" {
+	if _, given := r.Form["key"]; given || m.ID != "" { // key= (an unset variable) is no key: refused, not a new slot
 		if err := slot.CheckManualID(m.ID); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

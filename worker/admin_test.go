@@ -80,8 +80,10 @@ func TestAdminEndpoints(t *testing.T) {
 			t.Fatalf("Authorization %q, trigger: %d; want 401", auth, code)
 		}
 	}
-	if code, _ := do(on.URL, "POST", "/admin/jobs/lottery/trigger", "Bearer s3cret", url.Values{"key": {"a b"}}); code != http.StatusBadRequest {
-		t.Fatalf("trigger with a bad key: %d; want 400", code)
+	for _, key := range []string{"a b", ""} {
+		if code, body := do(on.URL, "POST", "/admin/jobs/lottery/trigger", "Bearer s3cret", url.Values{"key": {key}}); code != http.StatusBadRequest {
+			t.Fatalf("trigger with the key %q: %d %s; want 400", key, code, body)
+		}
 	}
 	if code, _ := do(on.URL, "POST", "/admin/jobs/nope/pause", "Bearer s3cret", note); code != http.StatusNotFound {
 		t.Fatalf("unknown job: %d", code)

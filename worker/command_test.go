@@ -136,6 +136,12 @@ func TestCommandRefusesBadInput(t *testing.T) {
 	embedded := writeConfig(t, "redis:\n  mode: embedded\njobs:\n  - name: tick\n    schedule: \"@every 1s\"\n")
 	from, to := time.Now().Add(-30*time.Minute).UTC().Format(time.RFC3339), time.Now().Add(-10*time.Minute).UTC().Format(time.RFC3339)
 	down := writeConfig(t, "redis:\n  addrs: [\"127.0.0.1:1\"]\njobs:\n  - name: tick\n    schedule: \"@every 1s\"\n")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := writeConfig(t, fmt.Sprintf("redis:\n  addrs: [\"127.0.0.1:1\"]\nhttp:\n  listen: %q\njobs:\n  - name: tick\n    schedule: \"@every 1s\"\n", taken.Addr()))
 	tests := []struct {
 		args []string
 		code int
@@ -144,6 +150,7 @@ func TestCommandRefusesBadInput(t *testing.T) {
 		{[]string{"check", "-config", bad}, 2, `config.yaml:2: jobs[0].name: no job "tock" is registered; registered: tick`},
 		{[]string{"check", "-config", bad}, 2, `config.yaml:3: jobs[0].schedule: expected 5 or 6 fields, found 2`},
 		{[]string{"run", "-config", bad}, 2, "registered: tick"},
+		{[]string{"run", "-config", busy}, 1, `"msg":"cannot listen on http.listen (or SLOTCRON_HTTP_LISTEN): choose a free port`},
 		{[]string{"check", "-config", "/nonexistent.yaml"}, 2, "no such file"},
 		{[]string{"deploy"}, 2, `unknown command "deploy"`},
 		{[]string{"check", "-config", bad, "extra"}, 2, "unexpected arguments"},
@@ -164,6 +171,7 @@ func TestCommandRefusesBadInput(t *testing.T) {
 			"worker trigger: -note is 1025 bytes, more than 1024"},
 		{[]string{"status", "-config", embedded}, 2, "worker status: redis.mode is embedded"},
 		{[]string{"trigger", "tick", "-config", embedded}, 2, "worker trigger: redis.mode is embedded"},
+		{[]string{"trigger", "tick", "-config", down, "-key", ""}, 2, "worker trigger: -key is empty"},
 		{[]string{"resume", "-config", bad, "tick", "tock"}, 2, "unexpected arguments"},
 		// Flags on both sides of the job are read: this one fails on the config, not on its arguments.
 		{[]string{"backfill", "-config", bad, "tick", "-from", "2026-11-22T00:00:00Z"}, 2, `no job "tock" is registered`},

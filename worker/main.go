@@ -184,6 +184,12 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 		fmt.Fprintf(stderr, "worker %s: name the job: worker %s JOB [-config FILE]\n", sub, sub)
 		return 2
 	}
+	if sub == "trigger" && *key == "" && given(fs, "key") {
+		// An unset variable (-key "$KEY") would otherwise run a new slot
+		// each time: the idempotency the key was for, silently lost.
+		fmt.Fprintln(stderr, "worker trigger: -key is empty: give the idempotency key, or leave -key out for a slot of its own")
+		return 2
+	}
 
 	cfg, rdb, closeRedis, reg, err := setup(*path, register, sub == "check")
 	if err != nil {
@@ -217,6 +223,13 @@ func Command(ctx context.Context, args []string, register Registrar, stdout, std
 		return backfill(ctx, cfg, rdb, reg, job, bf, stdout, stderr)
 	}
 	return run(ctx, cfg, rdb, reg, stderr)
+}
+
+// given reports whether the command line set the flag name.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // reachable pings Redis for an operator's command, once its arguments are
@@ -388,13 +401,14 @@ func run(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *jobs.
 	if cfg.HTTP.Listen != "" {
 		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 		if err != nil {
-			log.Error("http", "error", err)
+			log.Error("cannot listen on http.listen (or "+HTTPListenEnv+"): choose a free port, or \"\" for no HTTP",
+				"http.listen", cfg.HTTP.Listen, "error", err)
 			return 1
 		}
 		srv := &http.Server{Handler: handler(rdb, s, cfg, slots, os.Getenv(AdminTokenEnv), tel.Metrics), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("http", "error", err)
+				log.Error("the HTTP server stopped: no metrics, health or dashboard from here on", "http.listen", cfg.HTTP.Listen, "error", err)
 			}
 		}()
 		defer func() {
