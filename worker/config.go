@@ -266,6 +266,11 @@ func (c *Config) defaults(d *decoder) {
 		c.ShutdownGrace = scheduler.DefaultShutdownGrace
 	}
 	if len(c.Alerts.Events) == 0 {
+		if d.set("alerts.events") && !d.empty["alerts.events"] && !d.broken && !d.failed("alerts.events") {
+			// "events: []" reads as "none", which the default would silently make "all".
+			d.errorf(d.lineOf("alerts.events"), "alerts.events",
+				"an empty list: leave the field out for every event, or list some (to send none, leave alerts.webhooks empty)")
+		}
 		for _, k := range scheduler.EventKinds {
 			c.Alerts.Events = append(c.Alerts.Events, string(k))
 		}

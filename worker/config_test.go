@@ -143,6 +143,8 @@ func TestValidationMessages(t *testing.T) {
 		{"negative warn skew", "clock:\n  warn_skew: -1s\n" + minimal, []string{`config.yaml:2: clock.warn_skew: must be > 0, got -1s`}},
 		{"max under warn", "clock:\n  warn_skew: 1s\n  max_skew: 500ms\n" + minimal, []string{`config.yaml:3: clock.max_skew: must be >= clock.warn_skew (1s), got 500ms`}},
 		{"bad listen", "http:\n  listen: \"8080\"\n" + minimal, []string{`config.yaml:2: http.listen: "8080" is not host:port (use :8080 for every interface, "" for no HTTP)`}},
+		{"listen port out of range", "http:\n  listen: \":99999\"\n" + minimal, []string{`config.yaml:2: http.listen: ":99999": the port "99999" is neither a number from 0 to 65535 nor a service name`}},
+		{"no events", "alerts:\n  webhooks: [\"http://127.0.0.1:9/hook\"]\n  events: []\n" + minimal, []string{`config.yaml:3: alerts.events: an empty list: leave the field out for every event, or list some (to send none, leave alerts.webhooks empty)`}},
 		{"bad exporter", "tracing:\n  exporter: jaeger\n" + minimal, []string{`config.yaml:2: tracing.exporter: must be otlp-grpc, otlp-http, stdout or none, got "jaeger"`}},
 		{"bad sample ratio", "tracing:\n  sample_ratio: 1.5\n" + minimal, []string{`config.yaml:2: tracing.sample_ratio: must be within [0, 1], got 1.5`}},
 		{"negative grace", "shutdown_grace: -1s\n" + minimal, []string{`config.yaml:1: shutdown_grace: must be >= 0, got -1s`}},

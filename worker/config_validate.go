@@ -100,8 +100,10 @@ func (c *Config) validate(d *decoder) {
 		bad("clock.max_skew", "must be >= clock.warn_skew (%v), got %v", c.Clock.WarnSkew, c.Clock.MaxSkew)
 	}
 	if c.HTTP.Listen != "" {
-		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+		if _, port, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
 			bad("http.listen", "%q is not host:port (use :8080 for every interface, \"\" for no HTTP)", c.HTTP.Listen)
+		} else if _, err := net.LookupPort("tcp", port); err != nil { // what net.Listen does with it
+			bad("http.listen", "%q: the port %q is neither a number from 0 to 65535 nor a service name", c.HTTP.Listen, port)
 		}
 	}
 	switch c.Tracing.Exporter {
