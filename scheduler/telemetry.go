@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,7 +153,7 @@ func newTelemetry(cfg config, jobs []string) (*telemetry, error) {
 	}
 	var err error
 	if t.claims, err = m.Int64Counter("slotcron.claims",
-		metric.WithDescription("Claims sent, by job and outcome (won, lost, skipped, busy, missed, alive, abandoned, closed, gone, error).")); err != nil {
+		metric.WithDescription("Claims sent, by job and outcome ("+strings.Join(outcomeNames[:], ", ")+").")); err != nil {
 		return nil, err
 	}
 	if t.delay, err = m.Float64Histogram("slotcron.dispatch_delay", metric.WithUnit("s"),
