@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"fmt"
 	"html/template"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +36,7 @@ const dashboardRecords = 20
 
 type dashboardData struct {
 	Admin    bool // the admin endpoints are on: Run now, Pause and Resume are offered
+	Refresh  int  // the page reloads itself every this many seconds; 0: never
 	Prefix   string
 	Now      time.Time
 	CSS      template.CSS
@@ -66,7 +69,8 @@ type dashboardRecord struct {
 // dashboard serves the page at /: jobs with their schedule (and in words),
 // next slots, policies, pause and lease; each job's last 20 slot records;
 // the live replicas. It is rendered on the server, from the same store
-// reads as worker status, and refreshes itself every 5s. uiURL, when set
+// reads as worker status, and refreshes itself every 5s (?refresh=N: every N
+// seconds, 0 for never, as a screenshot or a slow reader wants). uiURL, when set
 // (Jaeger's UI), links each slot to its trace. With admin, each job has Run
 // now, Pause and Resume buttons, which call the admin endpoints with the
 // token the user types into the page (kept in the tab's sessionStorage).
@@ -74,7 +78,15 @@ func dashboard(cfg *Config, store *slotstore.Store, uiURL string, admin bool) ht
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		data := dashboardData{Admin: admin, Prefix: cfg.Redis.KeyPrefix, Now: time.Now(), CSS: dashboardCSS, JS: dashboardJS}
+		data := dashboardData{Admin: admin, Refresh: 5, Prefix: cfg.Redis.KeyPrefix, Now: time.Now(), CSS: dashboardCSS, JS: dashboardJS}
+		if v := r.URL.Query().Get("refresh"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 3600 {
+				http.Error(w, fmt.Sprintf("refresh=%q: give a whole number of seconds from 0 (never) to 3600", v), http.StatusBadRequest)
+				return
+			}
+			data.Refresh = n
+		}
 		var err error
 		if data.Replicas, err = replicaRows(ctx, store); err == nil {
 			data.Jobs, err = dashboardJobs(ctx, cfg, store, uiURL)

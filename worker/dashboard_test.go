@@ -47,8 +47,8 @@ jobs:
 	store, _ := slotstore.New(srv.Client(), "dash")
 	web := httptest.NewServer(handler(srv.Client(), nil, cfg, store, "", http.NotFoundHandler()))
 	defer web.Close()
-	page := func() string {
-		resp, err := http.Get(web.URL + "/")
+	page := func(query ...string) string {
+		resp, err := http.Get(web.URL + "/" + strings.Join(query, ""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,6 +82,24 @@ jobs:
 	}
 	if !strings.Contains(html, "ticked by d1") && !strings.Contains(html, "ticked by d2") {
 		t.Errorf("no run's result on the page")
+	}
+	// ?refresh=N sets the reload's period; 0 turns it off (a headless
+	// browser's screenshot with a virtual time budget would never end).
+	if still := page("?refresh=0"); strings.Contains(still, `http-equiv="refresh"`) || !strings.Contains(still, "does not refresh itself") {
+		t.Errorf("?refresh=0: the page still reloads itself")
+	}
+	if slow := page("?refresh=60"); !strings.Contains(slow, `<meta http-equiv="refresh" content="60">`) || !strings.Contains(slow, "refreshes every 60s") {
+		t.Errorf("?refresh=60: no reload every 60s")
+	}
+	for _, bad := range []string{"-1", "x", "3601"} {
+		resp, err := http.Get(web.URL + "/?refresh=" + bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("?refresh=%s: %d; want 400", bad, resp.StatusCode)
+		}
 	}
 	if _, _, err := store.Pause(context.Background(), "tick", "<b>maintenance</b>", "ops@host"); err != nil {
 		t.Fatal(err)

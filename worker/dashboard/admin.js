@@ -1,6 +1,7 @@
 // The dashboard's admin buttons: each POSTs to /admin/jobs/{job}/{action}
 // with the token typed into the page, shows the answer, and reloads the page.
-// The page reloads itself every 5s, except while an input has the focus.
+// The page reloads itself every data-refresh seconds (5, or ?refresh=N; 0:
+// never), except while an input has the focus.
 (function () {
   const token = document.getElementById('token');
   token.value = sessionStorage.getItem('slotcron-admin-token') || '';
@@ -30,7 +31,10 @@
       }
     });
   });
-  setInterval(() => {
-    if (!document.querySelector('input:focus')) location.reload();
-  }, 5000);
+  const every = Number(document.body.dataset.refresh);
+  if (every > 0) {
+    setInterval(() => {
+      if (!document.querySelector('input:focus')) location.reload();
+    }, every * 1000);
+  }
 })();
