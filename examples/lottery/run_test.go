@@ -42,7 +42,9 @@ func TestDemoWithMoreReplicasThanTakePart(t *testing.T) {
 	out, err := exec.Command(exe, "-replicas", "5", "-slots", "2").CombinedOutput()
 	ended := time.Now()
 	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
+		// Its verdict first: a summary that keeps a failure's first lines
+		// (../shared/tools/under-load.sh keeps 3) then says why.
+		t.Fatalf("%v, ending %q\n%s", err, lastLines(out, 4), out)
 	}
 	if !strings.Contains(string(out), "2 slots, 2 draws, 0 duplicate draws, 0 missed") {
 		t.Fatalf("no good verdict:\n%s", out)
@@ -65,6 +67,12 @@ func TestDemoWithMoreReplicasThanTakePart(t *testing.T) {
 	if after := ended.Sub(last); after > 20*time.Second {
 		t.Errorf("the demo ended %v after its last slot:\n%s", after.Round(time.Second), out)
 	}
+}
+
+// lastLines returns the last n lines of out.
+func lastLines(out []byte, n int) []string {
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	return lines[max(len(lines)-n, 0):]
 }
 
 // TestDemoInterrupted: Ctrl-C in a terminal signals the demo and its
