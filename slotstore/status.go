@@ -278,28 +278,53 @@ func (s *Store) Holder(ctx context.Context, job string) (replica string, at time
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return "", time.Time{}, 0, fmt.Errorf("slotstore: reading the lease of %s: %w", job, err)
 	}
-	v := lease.Val()
+	return parseHold(job, "lease", lease.Val(), now.Val())
+}
+
+// Turn returns the retry that has the job's turn (on_owner_lost retry under
+// overlap skip: its takeover found another run holding the job, and the job
+// is kept for it once that run ends; see claim.lua): the replica that will
+// run it, the slot it retries (zero for a manual slot) and how long the
+// turn stands unless that replica comes back; replica is "" when no retry
+// has it. One round trip.
+func (s *Store) Turn(ctx context.Context, job string) (replica string, at time.Time, ttl time.Duration, err error) {
+	if err := checkJob(job); err != nil {
+		return "", time.Time{}, 0, err
+	}
+	pipe := s.rdb.Pipeline()
+	now := pipe.Time(ctx)
+	turn := pipe.HGet(ctx, s.stateKey(job), "turn")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return "", time.Time{}, 0, fmt.Errorf("slotstore: reading the turn of %s: %w", job, err)
+	}
+	return parseHold(job, "turn", turn.Val(), now.Val())
+}
+
+// parseHold reads a lease-shaped value ("<token> <ref> <until_ms>
+// <replica>", what names it in errors) at now: its replica, its slot (zero
+// for a manual slot) and the time it has left; replica is "" when it is
+// free or has lapsed.
+func parseHold(job, what, v string, now time.Time) (replica string, at time.Time, ttl time.Duration, err error) {
 	if v == "" {
 		return "", time.Time{}, 0, nil
 	}
-	// "<token> <ref> <until_ms> <replica>"
 	_, rest, _ := strings.Cut(v, " ")
 	ref, rest, _ := strings.Cut(rest, " ")
 	untilText, replica, ok := strings.Cut(rest, " ")
 	until, err := strconv.ParseInt(untilText, 10, 64)
 	if !ok || err != nil {
-		return "", time.Time{}, 0, fmt.Errorf("slotstore: the lease of %s is malformed: %q", job, v)
+		return "", time.Time{}, 0, fmt.Errorf("slotstore: the %s of %s is malformed: %q", what, job, v)
 	}
-	ttl = time.UnixMilli(until).Sub(now.Val())
-	if ttl <= 0 { // lapsed: no run holds the job
+	ttl = time.UnixMilli(until).Sub(now)
+	if ttl <= 0 { // lapsed
 		return "", time.Time{}, 0, nil
 	}
-	if strings.HasPrefix(ref, manualRef("")) { // a manual run holds the job: no slot time
+	if strings.HasPrefix(ref, manualRef("")) { // a manual slot: no slot time
 		return replica, time.Time{}, ttl, nil
 	}
 	unix, err := strconv.ParseInt(ref, 10, 64)
 	if err != nil {
-		return "", time.Time{}, 0, fmt.Errorf("slotstore: the lease of %s is malformed: %q", job, v)
+		return "", time.Time{}, 0, fmt.Errorf("slotstore: the %s of %s is malformed: %q", what, job, v)
 	}
 	return replica, time.Unix(unix, 0), ttl, nil
 }

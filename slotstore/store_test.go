@@ -681,6 +681,9 @@ func TestARetryTakesTheJobsNextTurn(t *testing.T) {
 	if err := finish(s, held.Lease, slot.StateDone, ""); err != nil {
 		t.Fatal(err)
 	}
+	if who, at, ttl, err := s.Turn(ctx, "turn"); err != nil || who != "r2" || !at.Equal(dead) || ttl <= 0 {
+		t.Fatalf("Turn = %q, %v, %v, %v; want r2's retry of %v", who, at, ttl, err, dead)
+	}
 	next := dead.Add(30 * time.Second)
 	r := claimOne(t, s, live("turn", next, "r4"))
 	if r.Outcome != slot.OutcomeSkipped || r.Holder != "r2" || !r.HolderSlot.Equal(dead) {
@@ -695,6 +698,9 @@ func TestARetryTakesTheJobsNextTurn(t *testing.T) {
 	}
 	if err := finish(s, second.Lease, slot.StateDone, ""); err != nil {
 		t.Fatal(err)
+	}
+	if who, _, _, err := s.Turn(ctx, "turn"); err != nil || who != "" {
+		t.Fatalf("Turn after the retry won = %q, %v; want none", who, err)
 	}
 	if r := claimOne(t, s, live("turn", dead.Add(45*time.Second), "r4")); r.Outcome != slot.OutcomeWon {
 		t.Fatalf("a claim after the retry: %+v, want won", r)

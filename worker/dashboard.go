@@ -54,6 +54,9 @@ type dashboardJob struct {
 	Holder                                               string
 	HolderSlot                                           time.Time
 	HolderTTL                                            time.Duration
+	Turn                                                 string // no run holds the job: the replica whose retry has its turn
+	TurnSlot                                             time.Time
+	TurnTTL                                              time.Duration
 	Records                                              []dashboardRecord
 }
 
@@ -134,6 +137,12 @@ func dashboardJobs(ctx context.Context, cfg *Config, store *slotstore.Store, uiU
 			return nil, err
 		}
 		d.HolderTTL = d.HolderTTL.Round(time.Millisecond)
+		if d.Holder == "" {
+			if d.Turn, d.TurnSlot, d.TurnTTL, err = store.Turn(ctx, j.Name); err != nil {
+				return nil, err
+			}
+			d.TurnTTL = d.TurnTTL.Round(time.Millisecond)
+		}
 		recs, err := store.Records(ctx, j.Name, dashboardRecords)
 		if err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -122,6 +123,19 @@ jobs:
 		t.Errorf("no row for replica d1")
 	} else if row, _, _ = strings.Cut(row, "</tr>"); !strings.Contains(row, `<td>2</td>`) {
 		t.Errorf("d1's row does not say protocol 2: %s", row)
+	}
+	// A retry whose owner died waits for its turn (claim.lua): no run holds
+	// the job, and none starts; the page and worker status say so rather
+	// than "free".
+	dead := now.Add(-30 * time.Second).Truncate(time.Second)
+	srv.Client().HSet(context.Background(), "dash:{tick}:state", "turn",
+		"tok "+strconv.FormatInt(dead.Unix(), 10)+" "+strconv.FormatInt(now.Add(time.Minute).UnixMilli(), 10)+" r9")
+	want := "free, kept for the retry of slot " + dead.UTC().Format("15:04:05") + " by <code>r9</code> (its owner lost its lease)"
+	waitFor(t, 10*time.Second, func() bool { html = page(); return strings.Contains(html, want) })
+	var out, errb bytes.Buffer
+	if code := Command(context.Background(), []string{"status", "-config", path}, register, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "lease: free, kept for r9's retry of slot "+dead.UTC().Format(time.RFC3339)+" (its owner lost its lease)") {
+		t.Errorf("worker status with a retry's turn: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 	if t.Failed() {
 		t.Log(html)

@@ -46,6 +46,20 @@ func status(ctx context.Context, cfg *Config, rdb redis.UniversalClient, out, st
 			return 1
 		}
 		lease := "free"
+		if holder == "" { // a retry may have the job's turn (claim.lua): no run holds it, and none starts
+			if holder, at, ttl, err = slots.Turn(ctx, j.Name); err != nil {
+				fmt.Fprintln(stderr, err)
+				return 1
+			}
+			if holder != "" {
+				what := "a manual slot"
+				if !at.IsZero() {
+					what = "slot " + at.UTC().Format(time.RFC3339)
+				}
+				lease = fmt.Sprintf("free, kept for %s's retry of %s (its owner lost its lease), %v left", holder, what, ttl.Round(time.Millisecond))
+				holder = ""
+			}
+		}
 		switch {
 		case holder != "" && at.IsZero():
 			lease = fmt.Sprintf("held by %s for a manual slot, %v left", holder, ttl.Round(time.Millisecond))
