@@ -269,16 +269,7 @@ func (s *Store) Records(ctx context.Context, job string, n int) ([]slot.Record, 
 // Jobs that allow overlap have one lease per slot and no job-wide holder.
 // One round trip.
 func (s *Store) Holder(ctx context.Context, job string) (replica string, at time.Time, ttl time.Duration, err error) {
-	if err := checkJob(job); err != nil {
-		return "", time.Time{}, 0, err
-	}
-	pipe := s.rdb.Pipeline()
-	now := pipe.Time(ctx)
-	lease := pipe.HGet(ctx, s.stateKey(job), "lease")
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return "", time.Time{}, 0, fmt.Errorf("slotstore: reading the lease of %s: %w", job, err)
-	}
-	return parseHold(job, "lease", lease.Val(), now.Val())
+	return s.hold(ctx, job, "lease")
 }
 
 // Turn returns the retry that has the job's turn (on_owner_lost retry under
@@ -288,23 +279,24 @@ func (s *Store) Holder(ctx context.Context, job string) (replica string, at time
 // turn stands unless that replica comes back; replica is "" when no retry
 // has it. One round trip.
 func (s *Store) Turn(ctx context.Context, job string) (replica string, at time.Time, ttl time.Duration, err error) {
+	return s.hold(ctx, job, "turn")
+}
+
+// hold reads a lease-shaped field of the job's state ("<token> <ref>
+// <until_ms> <replica>": the lease, or a retry's turn) on Redis's clock:
+// its replica, its slot (zero for a manual slot) and the time it has left;
+// replica is "" when it is free or has lapsed. One round trip.
+func (s *Store) hold(ctx context.Context, job, what string) (replica string, at time.Time, ttl time.Duration, err error) {
 	if err := checkJob(job); err != nil {
 		return "", time.Time{}, 0, err
 	}
 	pipe := s.rdb.Pipeline()
-	now := pipe.Time(ctx)
-	turn := pipe.HGet(ctx, s.stateKey(job), "turn")
+	clock := pipe.Time(ctx)
+	field := pipe.HGet(ctx, s.stateKey(job), what)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return "", time.Time{}, 0, fmt.Errorf("slotstore: reading the turn of %s: %w", job, err)
+		return "", time.Time{}, 0, fmt.Errorf("slotstore: reading the %s of %s: %w", what, job, err)
 	}
-	return parseHold(job, "turn", turn.Val(), now.Val())
-}
-
-// parseHold reads a lease-shaped value ("<token> <ref> <until_ms>
-// <replica>", what names it in errors) at now: its replica, its slot (zero
-// for a manual slot) and the time it has left; replica is "" when it is
-// free or has lapsed.
-func parseHold(job, what, v string, now time.Time) (replica string, at time.Time, ttl time.Duration, err error) {
+	v, now := field.Val(), clock.Val()
 	if v == "" {
 		return "", time.Time{}, 0, nil
 	}
