@@ -476,6 +476,29 @@ func (h *planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// plannedLease obtains a lease on key name with a watchdog, and plans its
+// renewals (the extend script's calls) from the first sent after it returns:
+// Redis has the script by then (an Extend loaded it), so each is one call.
+// The lease is released when the test ends.
+func plannedLease(t *testing.T, name string, ttl time.Duration, plan func(n int) (time.Duration, bool)) (*redis.Client, string, *locking.Lease, *planHook) {
+	t.Helper()
+	srv, rdb, lk := setup(t)
+	h := &planHook{plan: plan}
+	rdb.AddHook(h)
+	ctx := context.Background()
+	key := srv.Key(name)
+	l, err := lk.Obtain(ctx, key, ttl, locking.WithWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Release(context.Background()) })
+	if err := l.Extend(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	h.armed.Store(true)
+	return rdb, key, l, h
+}
+
 // TestARenewalRetryIsNotPutOffByAnExtend: the watchdog's timer fires while
 // an Extend is in flight; the watchdog renews after it, and that renewal
 // fails on the network. Its retry is due a tenth of the TTL later, before
@@ -484,8 +507,7 @@ func (h *planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // then, so the lease must live.
 func TestARenewalRetryIsNotPutOffByAnExtend(t *testing.T) {
 	const ttl = 6 * keepAliveTTL // renewals due every 2s; a retry 0.3 to 0.6s after a failure
-	srv, rdb, lk := setup(t)
-	h := &planHook{plan: func(n int) (time.Duration, bool) {
+	_, _, l, _ := plannedLease(t, "retry", ttl, func(n int) (time.Duration, bool) {
 		switch n {
 		case 0: // the Extend at 1s: answered at 2.5s, after the watchdog's timer (2s)
 			return ttl / 4, false
@@ -493,20 +515,9 @@ func TestARenewalRetryIsNotPutOffByAnExtend(t *testing.T) {
 			return ttl / 2, true
 		}
 		return 0, false
-	}}
-	rdb.AddHook(h)
-	ctx := context.Background()
-	l, err := lk.Obtain(ctx, srv.Key("retry"), ttl, locking.WithWatchdog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	if err := l.Extend(ctx, ttl); err != nil { // Redis has the script now: one call per renewal
-		t.Fatal(err)
-	}
-	h.armed.Store(true)
+	})
 	time.Sleep(ttl / 6)
-	if err := l.Extend(ctx, ttl); err != nil {
+	if err := l.Extend(context.Background(), ttl); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -523,23 +534,10 @@ func TestARenewalRetryIsNotPutOffByAnExtend(t *testing.T) {
 // ran out: Redis answers the retry, so the lease must live.
 func TestARenewalRetryFollowsAnUnsureExtend(t *testing.T) {
 	const long, short = 60 * keepAliveTTL, 2 * keepAliveTTL // a retry 3 to 6s after a failure, against 0.1 to 0.2s
-	srv, rdb, lk := setup(t)
-	h := &planHook{plan: func(n int) (time.Duration, bool) {
+	rdb, key, l, h := plannedLease(t, "unsure-retry", long, func(n int) (time.Duration, bool) {
 		return 0, n < 2 // the Extend, then the watchdog's renewal at 0.67s
-	}}
-	rdb.AddHook(h)
-	ctx := context.Background()
-	key := srv.Key("unsure-retry")
-	l, err := lk.Obtain(ctx, key, long, locking.WithWatchdog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	if err := l.Extend(ctx, long); err != nil { // Redis has the script now: one call per renewal
-		t.Fatal(err)
-	}
-	h.armed.Store(true)
-	if err := l.Extend(ctx, short); err == nil {
+	})
+	if err := l.Extend(context.Background(), short); err == nil {
 		t.Fatal("Extend with no answer returned nil")
 	}
 	keptAlive(t, l, 2*short, tokenAt(rdb, key, l.Token()))
@@ -555,23 +553,12 @@ func TestARenewalRetryFollowsAnUnsureExtend(t *testing.T) {
 // Redis does not matter).
 func TestReleaseDoesNotWaitOutARenewal(t *testing.T) {
 	const ttl = 6 * keepAliveTTL // the renewal at 2s may hang until 6s
-	srv, rdb, lk := setup(t)
 	sent := make(chan struct{}, 1)
-	h := &planHook{plan: func(int) (time.Duration, bool) {
+	rdb, key, l, _ := plannedLease(t, "release-hang", ttl, func(int) (time.Duration, bool) {
 		sent <- struct{}{}
 		return time.Hour, true // until the call's context ends
-	}}
-	rdb.AddHook(h)
+	})
 	ctx := context.Background()
-	key := srv.Key("release-hang")
-	l, err := lk.Obtain(ctx, key, ttl, locking.WithWatchdog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Extend(ctx, ttl); err != nil { // Redis has the script now: one call per renewal
-		t.Fatal(err)
-	}
-	h.armed.Store(true)
 	<-sent
 	start := time.Now()
 	if err := l.Release(ctx); err != nil {
