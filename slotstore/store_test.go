@@ -663,7 +663,8 @@ func TestSlotTakeoverBusyNamesTheHolder(t *testing.T) {
 // that run has ended, a claim of another slot is recorded skipped, naming
 // the retry, rather than taking the job first (before, a job whose runs
 // followed each other never let the retry in, and its slot stayed running);
-// the takeover, back, wins attempt 2, and the turn ends with it. A turn
+// the takeover, back, wins attempt 2, and the turn ends with it. It ends
+// too when an owner that was only slow finishes its slot, and a turn
 // nobody came back for lapses.
 func TestARetryTakesTheJobsNextTurn(t *testing.T) {
 	_, rdb, s := newSlots(t)
@@ -704,6 +705,28 @@ func TestARetryTakesTheJobsNextTurn(t *testing.T) {
 	}
 	if r := claimOne(t, s, live("turn", dead.Add(45*time.Second), "r4")); r.Outcome != slot.OutcomeWon {
 		t.Fatalf("a claim after the retry: %+v, want won", r)
+	} else {
+		finish(s, r.Lease, slot.StateDone, "")
+	}
+	// An owner that was only slow (paused past its lease) finishes after a
+	// watcher's retry took the turn: the slot is done, and the turn ends
+	// with it rather than skip later slots until it lapses.
+	slow := dead.Add(75 * time.Second)
+	late := claimOne(t, s, live("turn", slow, "slow"))
+	lapse(t, rdb, s, "turn", "lease")
+	busy := claimOne(t, s, live("turn", slow.Add(time.Second), "r3"))
+	if r := claimOne(t, s, takeover("turn", slow, "r2", true, 3)); r.Outcome != slot.OutcomeBusy {
+		t.Fatalf("retry takeover of the slow owner's slot: %+v, want busy", r)
+	}
+	if err := finish(s, late.Lease, slot.StateDone, ""); err != nil {
+		t.Fatalf("the slow owner's finish: %v", err)
+	}
+	if who, _, _, err := s.Turn(ctx, "turn"); err != nil || who != "" {
+		t.Fatalf("Turn after the slow owner finished = %q, %v; want none", who, err)
+	}
+	finish(s, busy.Lease, slot.StateDone, "")
+	if r := claimOne(t, s, live("turn", slow.Add(15*time.Second), "r4")); r.Outcome != slot.OutcomeWon {
+		t.Fatalf("a claim after the slow owner finished: %+v, want won", r)
 	} else {
 		finish(s, r.Lease, slot.StateDone, "")
 	}

@@ -38,7 +38,8 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention)
   end
   local j = redis.call('HMGET', st, lf, 'running', 'ends')
   local ltok, _, luntil = lease_of(j[1])
-  if ltok ~= token or luntil <= now then -- the lease proves nothing: the record decides
+  local lapsed = ltok ~= token or luntil <= now
+  if lapsed then -- the lease proves nothing: the record decides
     local v = redis.pcall('GET', rec)
     if type(v) == 'table' then -- a protocol-1 record: not this run's
       return {0, redis.call('HGET', rec, 'state') or 'gone'}
@@ -72,6 +73,15 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention)
     redis.call('HSET', st, 'lease', '', 'running', running, 'ends', ends)
   else
     redis.call('HSET', st, 'running', running, 'ends', ends)
+  end
+  if lapsed and kind ~= 'slot' then
+    -- A run whose lease lapsed (its replica paused past it) finishes after
+    -- all: a retry's turn for its slot (record_lib.lua), taken meanwhile by
+    -- a watcher's takeover, must not keep the job from later slots.
+    local _, tref = lease_of(redis.call('HGET', st, 'turn'))
+    if tref == ref then
+      redis.call('HDEL', st, 'turn')
+    end
   end
   return {1}
 end

@@ -30,7 +30,8 @@
 --                until_ms the job is held for that retry whenever its lease is
 --                free, so that later slots do not take the job first each time it
 --                frees (claim.lua answers them as if a run held it). Gone once
---                the slot is settled; it lapses if no takeover comes back.
+--                the slot is settled (taken over, abandoned, or finished by an
+--                owner that was only slow); it lapses if no takeover comes back.
 --   v            "2" once the job's protocol-1 keys were read in (jobstates.lua)
 
 -- lp is one text field of a record.
