@@ -248,7 +248,8 @@ func parseDeployments(fields []any) []slot.Deployment {
 
 // Leave removes me from the deployment's registry, if its entry is still
 // this instance's: what a replica does when it stops, so that its peers
-// stop counting it at their next heartbeat. One round trip.
+// stop counting it at their next heartbeat, and its job list with it. One
+// round trip, and one more for the list.
 func (s *Store) Leave(ctx context.Context, me slot.Replica) error {
 	left, err := leaveScript.Run(ctx, s.rdb, []string{s.registryKey()}, me.ID, me.Instance).Int()
 	if err != nil {
@@ -257,7 +258,11 @@ func (s *Store) Leave(ctx context.Context, me slot.Replica) error {
 	s.listedMu.Lock()
 	delete(s.listed, me.ID) // sent again if it comes back
 	s.listedMu.Unlock()
-	if left == 1 { // its list too (a successor under the same ID keeps its own)
+	// Its list too, unless a successor under the same ID has the entry and
+	// keeps its own. With no entry (a lost reply, and go-redis sent the
+	// script again), the list goes as well: a successor yet to heartbeat
+	// finds it gone and sends it again.
+	if left != 0 {
 		pipe := s.rdb.Pipeline()
 		pipe.HDel(ctx, s.listsKey(), me.ID)
 		if _, err := pipe.Exec(ctx); err != nil {

@@ -89,6 +89,41 @@ func TestHeartbeatJobLists(t *testing.T) {
 	}
 }
 
+// TestLeaveSentAgainTakesItsList: a Leave whose reply was lost removed the
+// entry; go-redis sends the script again, which finds no entry. The job
+// list goes all the same (no heartbeat prunes the list of an entry that is
+// gone), and a successor under the same ID that has an entry keeps its own.
+func TestLeaveSentAgainTakesItsList(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	jobs := map[string]string{"j": "schedule=@every 1s"}
+	a := slot.Replica{ID: "a", Instance: "a-1", Started: time.Now(), Jobs: jobs, Table: slot.TableHash(jobs)}
+	if _, err := s.Heartbeat(ctx, a, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	registry, lists := s.Prefix()+":replicas", s.Prefix()+":replicas:jobs"
+	rdb.HDel(ctx, registry, "a") // the first Leave ran; its reply was lost
+	if err := s.Leave(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.HExists(ctx, lists, "a").Val() {
+		t.Fatal("a left (its reply lost, the call sent again), its list stayed")
+	}
+	// A successor under a's ID has heartbeated: the old instance's Leave
+	// leaves its entry and its list alone.
+	a2 := a
+	a2.Instance = "a-2"
+	if _, err := s.Heartbeat(ctx, a2, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Leave(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if !rdb.HExists(ctx, registry, "a").Val() || !rdb.HExists(ctx, lists, "a").Val() {
+		t.Fatal("the old instance's Leave removed its successor's entry or list")
+	}
+}
+
 // TestHeartbeatUnderAPrefixACL: a replica whose Redis user may touch only
 // its prefix's keys heartbeats (the registry of every deployment, outside
 // the prefix, is left out), publishes and reads job lists, and leaves.

@@ -7,9 +7,14 @@
 -- ARGV[1]  the replica ID
 -- ARGV[2]  its instance
 --
--- Returns 1 removed; 0 the entry was not this instance's (or gone)
+-- Returns 1 removed; 0 the entry is another instance's; -1 there is none
+--         (this call sent again after its reply was lost, or the entry was
+--         pruned)
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if cur and string.match(cur, '^(%S+) ') == ARGV[2] then
+if not cur then
+  return -1
+end
+if string.match(cur, '^(%S+) ') == ARGV[2] then
   redis.call('HDEL', KEYS[1], ARGV[1])
   return 1
 end
