@@ -28,6 +28,10 @@ type Replica struct {
 	Started  time.Time
 	Seen     time.Time     // the last heartbeat, on the store's clock
 	Offset   time.Duration // the store's clock minus the replica's, at its last probe
+	// MaxSkew is the offset above which the replica refuses to claim (its
+	// max_skew): 0 for replicas older than the field, whose limit is not
+	// known (a reader then assumes its own).
+	MaxSkew time.Duration
 	// Jobs maps each job of the replica's table to its settings, in one
 	// canonical line ("schedule=... overlap=... lease_ttl=..."): two replicas
 	// agree on a job when their lines are equal. A large table is not

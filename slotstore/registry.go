@@ -28,12 +28,15 @@ func (s *Store) listsKey() string { return s.prefix + ":replicas:jobs" }
 
 // replicaJSON is the description a replica publishes in the registry.
 type replicaJSON struct {
-	Version  string            `json:"version,omitempty"`
-	Protocol int               `json:"protocol,omitempty"` // absent: protocol 1
-	Started  int64             `json:"started_ms"`
-	OffsetNS int64             `json:"offset_ns"`
-	Jobs     map[string]string `json:"jobs,omitempty"`
-	Table    string            `json:"table,omitempty"`
+	Version  string `json:"version,omitempty"`
+	Protocol int    `json:"protocol,omitempty"` // absent: protocol 1
+	Started  int64  `json:"started_ms"`
+	OffsetNS int64  `json:"offset_ns"`
+	// MaxSkewNS is the replica's max_skew; absent (0) in older versions'
+	// entries, which older readers skip (json ignores unknown fields).
+	MaxSkewNS int64             `json:"max_skew_ns,omitempty"`
+	Jobs      map[string]string `json:"jobs,omitempty"`
+	Table     string            `json:"table,omitempty"`
 }
 
 // Heartbeat publishes me in the deployment's registry (<prefix>:replicas) and
@@ -50,7 +53,8 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 	if table == "" && me.Jobs != nil {
 		table = slot.TableHash(me.Jobs)
 	}
-	desc, err := json.Marshal(replicaJSON{Version: me.Version, Protocol: Protocol, Started: me.Started.UnixMilli(), OffsetNS: int64(me.Offset), Table: table})
+	desc, err := json.Marshal(replicaJSON{Version: me.Version, Protocol: Protocol, Started: me.Started.UnixMilli(), OffsetNS: int64(me.Offset),
+		MaxSkewNS: int64(me.MaxSkew), Table: table})
 	if err != nil {
 		return slot.Registry{}, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
@@ -210,7 +214,8 @@ func parseReplica(id, v string) (slot.Replica, error) {
 		protocol = 1
 	}
 	return slot.Replica{ID: id, Instance: inst, Version: d.Version, Protocol: protocol, Started: time.UnixMilli(d.Started),
-		Seen: time.UnixMilli(seen), Offset: time.Duration(d.OffsetNS), Jobs: d.Jobs, Table: table(d)}, nil
+		Seen: time.UnixMilli(seen), Offset: time.Duration(d.OffsetNS), MaxSkew: max(time.Duration(d.MaxSkewNS), 0),
+		Jobs: d.Jobs, Table: table(d)}, nil
 }
 
 func parseReplicas(fields []any) ([]slot.Replica, error) {

@@ -2,6 +2,9 @@ package slotstore_test
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,5 +188,55 @@ func TestHeartbeatPrunesLists(t *testing.T) {
 	}
 	if !rdb.HExists(ctx, lists, "here").Val() {
 		t.Fatal("here's list is missing")
+	}
+}
+
+// TestHeartbeatMaxSkew: a replica's max_skew goes out in its registry entry
+// and comes back, through Heartbeat and Registry; an entry without it (a
+// replica older than the field) reads as 0, unknown. An older reader, whose
+// description has no such field, still reads a newer entry.
+func TestHeartbeatMaxSkew(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	strict := slot.Replica{ID: "strict", Instance: "s-1", Started: time.Now(), Offset: 700 * time.Millisecond, MaxSkew: 500 * time.Millisecond, Table: "t"}
+	if _, err := s.Heartbeat(ctx, strict, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	entry := rdb.HGet(ctx, s.Prefix()+":replicas", "strict").Val()
+	if !strings.Contains(entry, `"max_skew_ns":500000000`) {
+		t.Fatalf("strict's entry: %s; want max_skew_ns 500000000", entry)
+	}
+	desc := strings.SplitN(entry, " ", 3)[2] // "<instance> <seen_ms> <json>"
+	// An older version's description: slotstore.replicaJSON before max_skew_ns.
+	var older struct {
+		Version  string            `json:"version,omitempty"`
+		Protocol int               `json:"protocol,omitempty"`
+		Started  int64             `json:"started_ms"`
+		OffsetNS int64             `json:"offset_ns"`
+		Jobs     map[string]string `json:"jobs,omitempty"`
+		Table    string            `json:"table,omitempty"`
+	}
+	if err := json.Unmarshal([]byte(desc), &older); err != nil || older.OffsetNS != int64(strict.Offset) || older.Table != "t" {
+		t.Fatalf("an older reader of %s: %+v, %v", desc, older, err)
+	}
+	now := rdb.Time(ctx).Val()
+	rdb.HSet(ctx, s.Prefix()+":replicas", "old", "o-1 "+strconv.FormatInt(now.UnixMilli(), 10)+` {"version":"v0.9.0","protocol":2,"started_ms":1,"offset_ns":0,"table":"t"}`)
+	reg, err := s.Heartbeat(ctx, slot.Replica{ID: "mine", Instance: "m-1", Started: time.Now(), MaxSkew: 2 * time.Second, Table: "t"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := s.Registry(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Duration{"mine": 2 * time.Second, "old": 0, "strict": 500 * time.Millisecond}
+	for name, reg := range map[string]slot.Registry{"Heartbeat": reg, "Registry": read} {
+		got := map[string]time.Duration{}
+		for _, r := range reg.Replicas {
+			got[r.ID] = r.MaxSkew
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: max_skew per replica %v, want %v", name, got, want)
+		}
 	}
 }
