@@ -76,7 +76,8 @@ type peerView struct {
 	reg           slot.Registry
 	disagreements []Disagreement
 	// candidates are, per job, the IDs of the live replicas that run it and
-	// claim (their clock is within max_skew): whom spread routing picks from.
+	// claim (their clock is within their max_skew): whom spread routing picks
+	// from.
 	candidates map[string][]string
 	// sameTable are the IDs of the candidates that publish only their
 	// table's hash (a large table) and run this replica's table: they are
@@ -216,10 +217,10 @@ func left(was, now slot.Registry) bool {
 }
 
 // dropped reports whether a replica that was a candidate for a job is no
-// longer one: its clock went past max_skew, or it no longer runs the job. It
-// refuses to claim that job's slots from then on, takeovers included, so the
-// running slots it watched as a hedger need other watchers, as when a
-// replica leaves the registry.
+// longer one: its clock went past its max_skew, or it no longer runs the
+// job. It refuses to claim that job's slots from then on, takeovers
+// included, so the running slots it watched as a hedger need other
+// watchers, as when a replica leaves the registry.
 func dropped(wasCands map[string][]string, wasSame []string, cands map[string][]string, same []string) bool {
 	for _, id := range wasSame {
 		if !slices.Contains(same, id) {

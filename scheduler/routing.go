@@ -9,14 +9,22 @@ import (
 )
 
 // candidates returns, per job, the IDs of the registry's replicas that run
-// it and whose clocks are within maxSkew of Redis's (the others refuse to
-// claim), sorted; and, apart, the IDs of those that list no jobs (a large
-// table) but run the same table as me: candidates for each of my jobs.
+// it and whose clocks are within their own max_skew of Redis's (the others
+// refuse to claim), sorted; and, apart, the IDs of those that list no jobs
+// (a large table) but run the same table as me: candidates for each of my
+// jobs. A replica that publishes no max_skew (an older version) is judged
+// by maxSkew, the reader's. So replicas whose max_skew differ still compute
+// the same candidates from one registry, and agree on each slot's preferred
+// replica.
 func candidates(me slot.Replica, reg slot.Registry, maxSkew time.Duration) (map[string][]string, []string) {
 	out := map[string][]string{}
 	var same []string
 	for _, r := range reg.Replicas {
-		if max(r.Offset, -r.Offset) > maxSkew {
+		limit := r.MaxSkew
+		if limit <= 0 {
+			limit = maxSkew
+		}
+		if max(r.Offset, -r.Offset) > limit {
 			continue
 		}
 		if r.Jobs == nil {

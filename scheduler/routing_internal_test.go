@@ -101,6 +101,64 @@ func TestLargeTablesPublishTheirHash(t *testing.T) {
 	}
 }
 
+// TestCandidatesJudgeEachPeerByItsMaxSkew: a peer is a candidate while its
+// clock is within its own max_skew, as published (it refuses to claim
+// above it), not within the reader's; a peer that publishes none (an older
+// version) is judged by the reader's. So replicas with different max_skew
+// compute the same candidates from one registry.
+func TestCandidatesJudgeEachPeerByItsMaxSkew(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		name            string
+		offset, maxSkew time.Duration // the peer's; maxSkew 0: not published
+		reader          time.Duration // the reader's max_skew
+		want            bool
+	}{
+		{"stricter peer above its limit, below the reader's", 1000 * ms, 500 * ms, 2000 * ms, false},
+		{"stricter peer lagging above its limit", -1000 * ms, 500 * ms, 2000 * ms, false},
+		{"stricter peer within its limit", 400 * ms, 500 * ms, 2000 * ms, true},
+		{"peer at its limit (refuses only above)", 500 * ms, 500 * ms, 2000 * ms, true},
+		{"laxer peer above the reader's limit, within its own", 3000 * ms, 5000 * ms, 2000 * ms, true},
+		{"laxer peer above its own limit", 6000 * ms, 5000 * ms, 2000 * ms, false},
+		{"older peer within the reader's limit", 1000 * ms, 0, 2000 * ms, true},
+		{"older peer above the reader's limit", 1000 * ms, 0, 500 * ms, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			jobs := map[string]string{"j": "schedule=\"@every 1s\""}
+			me := slot.Replica{ID: "a", Jobs: jobs, Table: slot.TableHash(jobs), MaxSkew: tc.reader}
+			peer := slot.Replica{ID: "b", Jobs: jobs, Table: me.Table, Offset: tc.offset, MaxSkew: tc.maxSkew}
+			want := []string{"a"}
+			if tc.want {
+				want = []string{"a", "b"}
+			}
+			cands, _ := candidates(me, slot.Registry{Replicas: []slot.Replica{me, peer}}, tc.reader)
+			if !slices.Equal(cands["j"], want) {
+				t.Errorf("listed table: candidates for j %v, want %v", cands["j"], want)
+			}
+			// A large table (hash only) is judged the same way.
+			me.Jobs, peer.Jobs = nil, nil
+			if _, same := candidates(me, slot.Registry{Replicas: []slot.Replica{me, peer}}, tc.reader); !slices.Equal(same, want) {
+				t.Errorf("large table: same-table candidates %v, want %v", same, want)
+			}
+		})
+	}
+	// Three replicas with three max_skews, each off Redis by 1s: only the
+	// one whose limit allows it claims, and every reader agrees on that.
+	jobs := map[string]string{"j": "schedule=\"@every 1s\""}
+	reg := slot.Registry{}
+	for _, r := range []struct {
+		id      string
+		maxSkew time.Duration
+	}{{"strict", 500 * ms}, {"default", 2 * time.Second}, {"lax", 10 * time.Second}} {
+		reg.Replicas = append(reg.Replicas, slot.Replica{ID: r.id, Jobs: jobs, Table: slot.TableHash(jobs), Offset: 3 * time.Second, MaxSkew: r.maxSkew})
+	}
+	for _, me := range reg.Replicas {
+		if cands, _ := candidates(me, reg, me.MaxSkew); !slices.Equal(cands["j"], []string{"lax"}) {
+			t.Errorf("%s (max_skew %v) counts %v as candidates, want lax alone", me.ID, me.MaxSkew, cands["j"])
+		}
+	}
+}
+
 // TestBackstopLooks: a backstop's looks are half a second after their
 // slot's time, a whole second later for each time the hedge and four of
 // the replica's slowest recent claim batches do not fit, and no later than

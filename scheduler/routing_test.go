@@ -320,3 +320,36 @@ func TestSpreadAfterAReplicaLeaves(t *testing.T) {
 		}
 	})
 }
+
+// TestSpreadJudgesAPeerByItsMaxSkew: mid-deploy, one of three replicas runs
+// with max_skew 500ms (the others with the default 2s) and its clock is 1s
+// ahead of Redis's: it refuses every claim. The others judge it by its own
+// limit, which it publishes, so it is no slot's preferred replica: every
+// slot starts on time on one of them, none a hedge late.
+func TestSpreadJudgesAPeerByItsMaxSkew(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		l := &runLog{runs: map[int64][]ran{}}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		for _, id := range []string{"r1", "r2"} {
+			h.start(id, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+		}
+		h.startWith("strict", replicaOpts{offset: time.Second}, registry(t, map[string]jobs.Func{"tick": l.fn()}), table,
+			scheduler.WithHedge(hedge), scheduler.WithSkewLimits(250*time.Millisecond, 500*time.Millisecond))
+		from := nextSecond(0).Add(10 * time.Second) // every replica has heartbeated since all started
+		to := from.Add(60 * time.Second)
+		sleepUntil(to.Add(time.Second))
+		synctest.Wait()
+		late := 0
+		for at, r := range l.between(t, from, to) {
+			switch {
+			case r.replica == "strict":
+				t.Errorf("slot %v ran on the replica whose clock is past its max_skew", time.Unix(at, 0).UTC())
+			case r.delay > 0:
+				late++
+			}
+		}
+		if late > 0 {
+			t.Errorf("%d of 60 slots started late: routed to the replica that refuses to claim", late)
+		}
+	})
+}
