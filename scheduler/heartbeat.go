@@ -21,9 +21,10 @@ const DefaultHeartbeatEvery = 5 * time.Second
 // Disagreement is a job on which this replica and a live peer differ: the
 // peer runs it with other settings, or does not run it, or a deployment
 // under another key prefix on the same Redis runs it too (then each prefix
-// runs its slots once: twice in all).
+// runs its slots once: twice in all). With Job "", it is the replicas'
+// own settings that differ (max_skew), not a job's.
 type Disagreement struct {
-	Job    string
+	Job    string // "" for the replicas' own settings; "*" for a whole table (hashes only)
 	Peer   string // a replica ID, or "prefix <p>" for another deployment
 	Mine   string // this replica's settings line; "" when its table lacks the job
 	Theirs string // the peer's; "" when its table lacks the job
@@ -31,6 +32,9 @@ type Disagreement struct {
 
 func (d Disagreement) String() string {
 	switch {
+	case d.Job == "":
+		mine, theirs := differing(d.Mine, d.Theirs)
+		return fmt.Sprintf("replica settings: %s runs with %s; this replica with %s", d.Peer, theirs, mine)
 	case d.Job == "*":
 		return fmt.Sprintf("%s runs another table (%s, this replica %s): too many jobs to compare one by one", d.Peer, d.Theirs, d.Mine)
 	case strings.HasPrefix(d.Peer, "prefix "):
@@ -42,6 +46,12 @@ func (d Disagreement) String() string {
 	}
 	mine, theirs := differing(d.Mine, d.Theirs)
 	return fmt.Sprintf("job %s: %s runs it with %s; this replica with %s", d.Job, d.Peer, theirs, mine)
+}
+
+// replicaSettings is a replica's own settings (not its jobs') in one
+// canonical line, as settings is a job's.
+func replicaSettings(r slot.Replica) string {
+	return fmt.Sprintf("max_skew=%v", r.MaxSkew)
 }
 
 // setting is one key=value of a settings line; a value may be quoted.
@@ -197,10 +207,14 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 	}
 	if !slices.Equal(before, dis) {
 		for _, d := range dis {
-			s.log.Warn("replicas disagree: "+d.String(), "slotcron.replica", s.cfg.replica, "slotcron.job", d.Job, "peer", d.Peer)
+			attrs := []any{"slotcron.replica", s.cfg.replica, "peer", d.Peer}
+			if d.Job != "" {
+				attrs = append(attrs, "slotcron.job", d.Job)
+			}
+			s.log.Warn("replicas disagree: "+d.String(), attrs...)
 		}
 		if len(dis) == 0 && len(before) > 0 {
-			s.log.Info("replicas agree again on every job", "slotcron.replica", s.cfg.replica)
+			s.log.Info("replicas agree again, on every job and setting", "slotcron.replica", s.cfg.replica)
 		}
 	}
 	return nil
@@ -293,13 +307,21 @@ func (r *runner) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// disagreements compares me with every live peer's table, and with the
-// other deployments on the same Redis.
+// disagreements compares me with every live peer's settings (its own, and
+// its table's), and with the other deployments on the same Redis.
 func disagreements(me slot.Replica, prefix string, reg slot.Registry) []Disagreement {
 	var out []Disagreement
 	for _, p := range reg.Replicas {
 		if p.ID == me.ID {
 			continue
+		}
+		// Spread routing copes with peers whose max_skew differ (candidates
+		// judges each by its own), but a difference is a deploy under way
+		// or a typo, and each replica still bounds its own claims, start-up
+		// and backfills by its own. 0 is a peer that does not publish it
+		// (an older version): unknown, not different.
+		if me.MaxSkew > 0 && p.MaxSkew > 0 && p.MaxSkew != me.MaxSkew {
+			out = append(out, Disagreement{Peer: p.ID, Mine: replicaSettings(me), Theirs: replicaSettings(p)})
 		}
 		if me.Jobs == nil || p.Jobs == nil { // a large table: only its hash is known
 			if p.Table != me.Table {

@@ -3,9 +3,14 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
@@ -114,4 +119,85 @@ func TestCrashedPredecessorsIDIsReused(t *testing.T) {
 			t.Fatalf("the restarted replica's first run came %v after the crash", took)
 		}
 	})
+}
+
+// TestReplicasWithAnotherMaxSkewDisagree: mid-deploy, replica b runs with
+// max_skew 500ms, a with the default 2s, and a replica of an older version
+// publishes none. a and b each find the other's max_skew through the
+// registry: warned once, counted in slotcron.replica_disagreements, and
+// listed by Replicas. The older replica is no disagreement. Once b has
+// left, a agrees again.
+func TestReplicasWithAnotherMaxSkewDisagree(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		var logs lines
+		metrics := sdkmetric.NewManualReader()
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s"}}
+		a := h.start("a", registry(t, quiet(t)), table,
+			scheduler.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))),
+			scheduler.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))))
+		b := h.start("b", registry(t, quiet(t)), table, scheduler.WithSkewLimits(250*time.Millisecond, 500*time.Millisecond))
+		time.Sleep(time.Second)
+		reg, _ := a.s.Replicas()
+		if len(reg.Replicas) == 0 {
+			t.Fatal("a sees no replica")
+		}
+		now := h.rdb.Time(context.Background()).Val()
+		h.rdb.HSet(context.Background(), h.prefix+":replicas", "old", "o-1 "+strconv.FormatInt(now.UnixMilli(), 10)+
+			` {"version":"v0.9.0","protocol":2,"started_ms":1,"offset_ns":0,"table":"`+reg.Replicas[0].Table+`"}`)
+		time.Sleep(2 * scheduler.DefaultHeartbeatEvery)
+
+		reg, dis := a.s.Replicas()
+		if len(reg.Replicas) != 3 {
+			t.Fatalf("a sees %d live replicas, want 3 (a, b, old): %+v", len(reg.Replicas), reg.Replicas)
+		}
+		want := "replica settings: b runs with max_skew=500ms; this replica with max_skew=2s"
+		if len(dis) != 1 || dis[0].String() != want {
+			t.Fatalf("a's disagreements: %q, want one: %q", dis, want)
+		}
+		if _, dis := b.s.Replicas(); len(dis) != 1 || dis[0].String() != "replica settings: a runs with max_skew=2s; this replica with max_skew=500ms" {
+			t.Errorf("b's disagreements: %q, want a's max_skew", dis)
+		}
+		warned := 0
+		for _, l := range logs.all() {
+			if strings.Contains(l, "level=WARN") && strings.Contains(l, `msg="replicas disagree: `+want+`"`) && strings.Contains(l, "peer=b") {
+				warned++
+			}
+		}
+		if warned != 1 {
+			t.Errorf("a warned %d times of b's max_skew over two heartbeats, want once:\n%s", warned, strings.Join(logs.all(), "\n"))
+		}
+		if n := disagreementsGauge(t, metrics); n != 1 {
+			t.Errorf("slotcron.replica_disagreements = %d, want 1", n)
+		}
+		b.stop()
+		<-b.done
+		time.Sleep(scheduler.DefaultHeartbeatEvery)
+		if _, dis := a.s.Replicas(); len(dis) != 0 {
+			t.Errorf("a's disagreements once b left: %q", dis)
+		}
+		if n := disagreementsGauge(t, metrics); n != 0 {
+			t.Errorf("slotcron.replica_disagreements = %d once b left, want 0", n)
+		}
+		if l := strings.Join(logs.all(), "\n"); !strings.Contains(l, "replicas agree again") {
+			t.Errorf("a did not log that the replicas agree again:\n%s", l)
+		}
+	})
+}
+
+// disagreementsGauge is slotcron.replica_disagreements's last value.
+func disagreementsGauge(t *testing.T, metrics *sdkmetric.ManualReader) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := metrics.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "slotcron.replica_disagreements" && len(g.DataPoints) == 1 {
+				return g.DataPoints[0].Value
+			}
+		}
+	}
+	t.Fatal("no slotcron.replica_disagreements")
+	return 0
 }

@@ -179,7 +179,7 @@ func newTelemetry(cfg config, jobs []string) (*telemetry, error) {
 		return nil, err
 	}
 	if t.disagreeG, err = m.Int64Gauge("slotcron.replica_disagreements",
-		metric.WithDescription("Jobs on which this replica and a live peer (or another key prefix on the same Redis) disagree, at the last heartbeat.")); err != nil {
+		metric.WithDescription("Jobs (or replica settings, such as max_skew) on which this replica and a live peer (or another key prefix on the same Redis) disagree, at the last heartbeat.")); err != nil {
 		return nil, err
 	}
 	if t.olderG, err = m.Int64Gauge("slotcron.replicas_older_protocol",
@@ -233,7 +233,8 @@ func (t *telemetry) lost(job string) {
 	t.losses.Add(context.Background(), 1, t.metricsOf(job).jobAdd...)
 }
 
-// disagree records how many (job, peer) disagreements the last heartbeat found.
+// disagree records how many (job, peer) disagreements the last heartbeat
+// found, replica settings included (Disagreement's Job "").
 func (t *telemetry) disagree(n int) { t.disagreeG.Record(context.Background(), int64(n)) }
 
 func (t *telemetry) olderProtocol(n int) { t.olderG.Record(context.Background(), int64(n)) }
