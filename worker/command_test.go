@@ -301,8 +301,8 @@ jobs:
 		t.Fatalf("/readyz with Redis frozen = %d %q, want 503", code, body)
 	}
 
-	// While it runs, status lists the replica, agreeing with itself.
-	if out := statusOut(t, path, ticker(counter)); !regexp.MustCompile(`(?m)^replicas: 1 live\n  ID +VERSION +PROTOCOL +STARTED +LAST SEEN +CLOCK OFFSET +TABLE\n  solo .* 2 +\S+ +\S+ ago +\S+ +agrees$`).MatchString(out) {
+	// While it runs, status lists the replica, with its max_skew, agreeing with itself.
+	if out := statusOut(t, path, ticker(counter)); !regexp.MustCompile(`(?m)^replicas: 1 live\n  ID +VERSION +PROTOCOL +STARTED +LAST SEEN +CLOCK OFFSET +MAX SKEW +TABLE\n  solo .* 2 +\S+ +\S+ ago +\S+ +2s +agrees$`).MatchString(out) {
 		t.Fatalf("status does not list replica solo, agreeing:\n%s", out)
 	}
 	cancel()

@@ -68,7 +68,7 @@ jobs:
 	for _, want := range []string{
 		`<h2><code>tick</code> </h2>`,
 		`<code>@every 1s</code> <span class="words">(every 1s)</span> · overlap skip · misfire grace 1m0s · catch-up last · owner lost: abandon`,
-		`<td><code>d1</code></td>`, `<td><code>d2</code></td>`, `<td class="ok">agrees</td>`,
+		`<td><code>d1</code></td>`, `<td><code>d2</code></td>`, `<td>2s</td><td class="ok">agrees</td>`,
 		`<h2>Replicas <span class="muted">2 live</span></h2>`,
 		`<a href="http://jaeger.example:16686/trace/`,
 		`<meta http-equiv="refresh" content="5">`,
@@ -117,6 +117,10 @@ jobs:
 	html = page()
 	if !strings.Contains(html, `<td><code>v1-pod</code></td><td>v0.9.0</td><td class="bad" title="newer replicas claim nothing while a replica of an older slot protocol is live">1 OLDER</td>`) {
 		t.Errorf("with a replica of protocol 1 live, the page does not mark it OLDER")
+	}
+	// It publishes no max_skew: unknown, not different.
+	if _, row, ok := strings.Cut(html, `<td><code>v1-pod</code></td>`); !ok || !strings.Contains(row[:strings.Index(row, "</tr>")], `<td>-</td>`) {
+		t.Errorf("the older replica's max skew is not shown as unknown (-)")
 	}
 	// d1's own row says protocol 2.
 	if _, row, ok := strings.Cut(html, `<td><code>d1</code></td>`); !ok {

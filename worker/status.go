@@ -95,22 +95,30 @@ func status(ctx context.Context, cfg *Config, rdb redis.UniversalClient, out, st
 }
 
 // printReplicas prints every live replica of the deployment, and whether its
-// table agrees with the others': the largest group of replicas with one table
-// is taken as the reference.
+// table and its max_skew agree with the others' (replicaRows).
 func printReplicas(ctx context.Context, slots *slotstore.Store, out io.Writer) error {
 	rows, err := replicaRows(ctx, slots)
 	if err != nil {
 		return err
 	}
+	return printRows(rows, out)
+}
+
+// printRows prints the replicas' rows, as printReplicas does.
+func printRows(rows []replicaRow, out io.Writer) error {
 	fmt.Fprintf(out, "replicas: %d live\n", len(rows))
 	if len(rows) == 0 {
 		return nil
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "  ID\tVERSION\tPROTOCOL\tSTARTED\tLAST SEEN\tCLOCK OFFSET\tTABLE")
+	fmt.Fprintln(w, "  ID\tVERSION\tPROTOCOL\tSTARTED\tLAST SEEN\tCLOCK OFFSET\tMAX SKEW\tTABLE")
 	for _, r := range rows {
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%v ago\t%v\t%s\n", r.ID, r.Version, r.Protocol, r.Started.UTC().Format(time.RFC3339),
-			r.SeenAgo, r.Offset, r.Table)
+		offset := r.Offset.String()
+		if r.Refuses {
+			offset += " OVER MAX SKEW"
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%v ago\t%s\t%s\t%s\n", r.ID, r.Version, r.Protocol, r.Started.UTC().Format(time.RFC3339),
+			r.SeenAgo, offset, r.MaxSkew, r.Table)
 	}
 	return w.Flush()
 }
@@ -122,17 +130,38 @@ type replicaRow struct {
 	Older           bool
 	Started         time.Time
 	SeenAgo, Offset time.Duration
+	Refuses         bool   // its clock is off Redis's by more than its max_skew: it claims nothing
+	MaxSkew         string // "2s", "500ms DIFFERS from N peer(s)", or "-" (a version that does not publish it)
+	SkewAgrees      bool
 	Table           string // "agrees", or "DIFFERS from N peer(s)"
 	Agrees          bool
 }
 
 // replicaRows returns the live replicas of the deployment, and whether each
-// one's table agrees with the others': the largest group of replicas with
-// one table is taken as the reference.
+// one's table and max_skew agree with the others' (rowsOf).
 func replicaRows(ctx context.Context, slots *slotstore.Store) ([]replicaRow, error) {
 	reg, err := slots.Registry(ctx, 3*scheduler.DefaultHeartbeatEvery)
 	if err != nil {
 		return nil, err
+	}
+	return rowsOf(reg), nil
+}
+
+// rowsOf is a registry's replicas as rows. For the table, and apart for
+// max_skew, the largest group of replicas with one value is taken as the
+// reference; a replica that publishes no max_skew (an older version)
+// neither agrees nor differs.
+func rowsOf(reg slot.Registry) []replicaRow {
+	skews := map[time.Duration]int{}
+	var refSkew time.Duration
+	for _, r := range reg.Replicas {
+		if r.MaxSkew <= 0 {
+			continue
+		}
+		skews[r.MaxSkew]++
+		if skews[r.MaxSkew] > skews[refSkew] {
+			refSkew = r.MaxSkew
+		}
 	}
 	tables := map[string]int{}
 	table := func(r slot.Replica) string { return r.Table }
@@ -154,8 +183,17 @@ func replicaRows(ctx context.Context, slots *slotstore.Store) ([]replicaRow, err
 		if table(r) != ref {
 			rows[i].Table, rows[i].Agrees = "DIFFERS from "+strconv.Itoa(tables[ref])+" peer(s)", false
 		}
+		switch {
+		case r.MaxSkew <= 0:
+			rows[i].MaxSkew, rows[i].SkewAgrees = "-", true
+		case r.MaxSkew != refSkew:
+			rows[i].MaxSkew = r.MaxSkew.String() + " DIFFERS from " + strconv.Itoa(skews[refSkew]) + " peer(s)"
+		default:
+			rows[i].MaxSkew, rows[i].SkewAgrees = r.MaxSkew.String(), true
+		}
+		rows[i].Refuses = r.MaxSkew > 0 && max(r.Offset, -r.Offset) > r.MaxSkew
 	}
-	return rows, nil
+	return rows
 }
 
 func duration(r slot.Record) string {
