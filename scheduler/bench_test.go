@@ -491,3 +491,99 @@ func commandCalls(stats string) int64 {
 	}
 	return n
 }
+
+// BenchmarkDispatchFloor is the floor under BenchmarkDispatch's Redis CPU
+// per slot: the same shape of work (100 slots due every second, 10 ticks,
+// 1 or 5 clients, each with a connection pool of its own, against a Redis
+// on this machine, an idle twin measured beside it) done by the least a
+// protocol could do. Each client takes an even fifth of each tick's slots
+// (what spread routing aims at), and for them sends one pipeline of plain
+// SET NX PX of a 200-byte record (the claim) and, once it is answered, one
+// pipeline of SET PX of the final record (the finish): two commands per
+// slot, two round trips per client per tick, no script, no lease, no fence,
+// no hedger's read, no heartbeat. slotcron's claim and finish can cost
+// Redis no less than this; what a protocol may trim is the difference.
+//
+//	go test -run '^$' -bench DispatchFloor -benchtime 1x ./scheduler
+func BenchmarkDispatchFloor(b *testing.B) {
+	for _, clients := range []int{1, 5} {
+		b.Run(fmt.Sprintf("replicas=%d", clients), func(b *testing.B) { benchFloor(b, 100, 10, clients) })
+	}
+}
+
+func benchFloor(b *testing.B, nslots, ticks, clients int) {
+	for range b.N {
+		srv := redistest.Start(b)
+		twin := redistest.StartOwned(b)
+		prefix := srv.Key("floor")
+		rdbs := make([]*redis.Client, clients)
+		for c := range rdbs {
+			rdbs[c] = redis.NewClient(srv.Options())
+			defer rdbs[c].Close()
+			if err := rdbs[c].Ping(context.Background()).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		running, done := strings.Repeat("r", 200), strings.Repeat("d", 200)
+		first := time.Now().Truncate(time.Second).Add(2 * time.Second)
+		sleepUntil(first.Add(-100 * time.Millisecond))
+		admin := redis.NewClient(srv.Options())
+		defer admin.Close()
+		admin.ConfigResetStat(context.Background())
+		_, redisCPU0, _ := cpuNow(b, srv)
+		_, idleCPU0, _ := cpuNow(b, twin)
+		var failed atomic.Int64
+		for t := range ticks {
+			at := first.Add(time.Duration(t) * time.Second)
+			sleepUntil(at)
+			var wg sync.WaitGroup
+			for c, rdb := range rdbs {
+				wg.Go(func() {
+					ctx := context.Background()
+					var keys []string
+					for i := c; i < nslots; i += clients {
+						keys = append(keys, fmt.Sprintf("%s:{job%03d}:slot:%d", prefix, i, at.Unix()))
+					}
+					claims := rdb.Pipeline()
+					won := make([]*redis.BoolCmd, len(keys))
+					for i, k := range keys {
+						won[i] = claims.SetNX(ctx, k, running, 24*time.Hour)
+					}
+					if _, err := claims.Exec(ctx); err != nil {
+						failed.Add(1)
+						return
+					}
+					finishes := rdb.Pipeline()
+					for i, k := range keys {
+						if won[i].Val() {
+							finishes.Set(ctx, k, done, 24*time.Hour)
+						}
+					}
+					if _, err := finishes.Exec(ctx); err != nil {
+						failed.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+		}
+		sleepUntil(first.Add(time.Duration(ticks)*time.Second - 100*time.Millisecond))
+		_, redisCPU1, _ := cpuNow(b, srv)
+		_, idleCPU1, _ := cpuNow(b, twin)
+		if n := failed.Load(); n > 0 {
+			b.Fatalf("%d pipelines failed", n)
+		}
+		stats, err := admin.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		slots := float64(nslots * ticks)
+		if calls := float64(commandCalls(stats)); calls != 2*slots {
+			b.Fatalf("Redis counted %.0f commands for %.0f slots; want 2 a slot", calls, slots)
+		}
+		idle := idleCPU1 - idleCPU0
+		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e3/slots, "redis-cpu-us/slot")
+		b.ReportMetric(float64(idle)/1e3/slots, "redis-idle-us/slot")
+		b.ReportMetric(float64(redisCPU1-redisCPU0-idle)/1e3/slots, "redis-net-us/slot")
+		b.ReportMetric(float64(commandCalls(stats))/slots, "redis-calls/slot")
+	}
+}
