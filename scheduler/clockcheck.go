@@ -76,7 +76,32 @@ func (s *Scheduler) probe(ctx context.Context) error {
 		s.log.Info("Redis held no epoch for this key prefix: a first deployment, or data lost while no replica ran",
 			"slotcron.replica", s.cfg.replica, "epoch", p.Epoch)
 	}
+	s.checkShards(ctx)
 	return nil
+}
+
+// shardChecker is what a store on a Redis Cluster offers besides Probe
+// (slotstore.Store.CheckShards): the deployment's epoch lives on one shard,
+// so the others' losses are found by an epoch of their own each.
+type shardChecker interface {
+	CheckShards(ctx context.Context) ([]slot.ShardLoss, error)
+}
+
+// checkShards reports each shard of a Redis Cluster that lost data since the
+// last check, as probe reports a changed epoch, when the store can tell (the
+// check is not timed: it is no part of the clock's measure).
+func (s *Scheduler) checkShards(ctx context.Context) {
+	sc, ok := s.claimer.(shardChecker)
+	if !ok {
+		return
+	}
+	lost, err := sc.CheckShards(ctx)
+	for _, l := range lost {
+		s.dataLossOf(l.Epoch, "the epoch of the Redis Cluster shard of "+l.Shard+" changed", "shard", l.Shard)
+	}
+	if err != nil {
+		s.log.Warn("checking the Redis Cluster's shards for data loss", "slotcron.replica", s.cfg.replica, "error", err)
+	}
 }
 
 // dataLoss reports, loudly, that Redis lost data this replica relied on.

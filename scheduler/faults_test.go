@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -308,6 +310,51 @@ func TestDataLossIsOneEvent(t *testing.T) {
 			}
 		}
 		t.Logf("%d reports of the loss, one ID", len(reported))
+	})
+}
+
+// lossyShards is a store on a Redis Cluster one of whose shards loses its data
+// after the first check (slotstore's CheckShards answers so on a real one:
+// TestCheckShardsOnCluster).
+type lossyShards struct {
+	*slotstore.Store
+	checks atomic.Int64
+}
+
+func (l *lossyShards) CheckShards(context.Context) ([]slot.ShardLoss, error) {
+	if l.checks.Add(1) == 2 {
+		return []slot.ShardLoss{{Shard: "slots 5461-10922 on 10.0.0.2:6379", Epoch: "e-lost"}}, nil
+	}
+	return nil, nil
+}
+
+// TestAClusterShardsLossIsReported: on a Cluster, a shard other than the one
+// that holds the deployment's epoch loses its data. The clock check asks the
+// store for its shards, and the replica reports the loss as it reports a
+// changed epoch: at ERROR, counted, and one event named by the lost epoch.
+func TestAClusterShardsLossIsReported(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		events, logs := &eventLog{}, &lines{}
+		store := &lossyShards{}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s", LeaseTTL: time.Second}}
+		fns := map[string]jobs.Func{"tick": func(context.Context, jobs.Run) error { return nil }}
+		h.startWith("a", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { store.Store = s; return store }},
+			registry(t, fns), table, events.option(), scheduler.WithClockCheckEvery(2*time.Second),
+			scheduler.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if n := store.checks.Load(); n < 2 {
+			t.Fatalf("the clock checks asked for the shards %d times in 5s (one every 2s); want 2 or more", n)
+		}
+		lost := events.of(t, scheduler.EventDataLoss)
+		if len(lost) != 1 || lost[0].ID != "data_loss/e-lost" || !strings.Contains(lost[0].Error, "slots 5461-10922 on 10.0.0.2:6379") {
+			t.Fatalf("data loss events: %+v; want one, data_loss/e-lost, naming the shard", lost)
+		}
+		if !slices.ContainsFunc(logs.all(), func(l string) bool {
+			return strings.Contains(l, "level=ERROR") && strings.Contains(l, "Redis lost data: the epoch of the Redis Cluster shard of slots 5461-10922 on 10.0.0.2:6379 changed")
+		}) {
+			t.Errorf("no ERROR line names the shard:\n%s", strings.Join(logs.all(), "\n"))
+		}
 	})
 }
 

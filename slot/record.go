@@ -65,6 +65,13 @@ type Probe struct {
 	Created bool      // this probe wrote the epoch: the store held none
 }
 
+// ShardLoss is a shard of a Redis Cluster that lost data since a store last
+// checked it: the epoch the store read there before is gone or another.
+type ShardLoss struct {
+	Shard string // its hash slots and a node: "slots 5461-10922 on 10.0.0.2:6379"
+	Epoch string // the epoch that was lost: every replica that knew it names the same
+}
+
 // JobState is what a store knows of a job when a replica starts: the latest
 // slot that has a record, and every slot whose record is still running, each
 // of which the replica settles by the job's policy (its owner may be gone).

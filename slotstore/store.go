@@ -46,6 +46,10 @@ type Store struct {
 
 	listedMu sync.Mutex
 	listed   map[string]string // replica ID -> the table hash whose job list Redis has (Heartbeat)
+
+	shardsMu    sync.Mutex
+	shardEpochs map[string]string   // a range's epoch key -> the value last read there (CheckShards)
+	shardTags   map[[2]int64]string // a range of hash slots -> its epoch key's hash tag
 }
 
 // Option configures New.
@@ -222,7 +226,7 @@ func (s *Store) epochKey() string { return s.prefix + ":epoch" }
 // data, the key is gone and the next probe writes another: a replica that
 // knew the old one knows its slot records, leases and fence counters may be
 // gone too. One round trip. On a Cluster the key lives on one master, so only
-// that master's data loss shows.
+// that master's data loss shows: CheckShards covers the others.
 func (s *Store) Probe(ctx context.Context) (slot.Probe, error) {
 	vals, err := probeScript.Run(ctx, s.rdb, []string{s.epochKey()}, rediskit.NewToken()).Slice()
 	if err != nil {
