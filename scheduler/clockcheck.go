@@ -126,7 +126,8 @@ func (s *Scheduler) dataLossOf(epoch, why string, attrs ...any) {
 // last probe, by more than warn_skew other than real time has (an NTP step,
 // an operator's date): its offset from Redis is no longer known. Real time is
 // the monotonic clock, which steps do not move.
-func (s *Scheduler) clockStepped(now time.Time) (time.Duration, bool) {
+func (s *Scheduler) clockStepped() (time.Duration, bool) {
+	now := s.cfg.clock.Now()
 	s.offsetMu.Lock()
 	wall, mono := s.probedWall, s.probedMono
 	s.offsetMu.Unlock()
@@ -141,8 +142,46 @@ func (s *Scheduler) clockStepped(now time.Time) (time.Duration, bool) {
 // above max_skew.
 func (s *Scheduler) refused() (time.Duration, bool) {
 	offset, ok := s.Offset()
-	return offset, ok && max(offset, -offset) > s.cfg.maxSkew
+	return offset, ok && s.overMaxSkew(offset)
 }
+
+// overMaxSkew reports whether a measured offset from Redis's clock is past
+// max_skew: a replica so far off claims nothing.
+func (s *Scheduler) overMaxSkew(offset time.Duration) bool {
+	return max(offset, -offset) > s.cfg.maxSkew
+}
+
+// now is the time a runner goes by (runnerClock): this replica's clock, or,
+// while it is off Redis's by more than max_skew, Redis's clock as the last
+// probe measured it: the offset added to this replica's clock as it read
+// at that probe, carried on by real (monotonic) time since, so that the
+// clock being set right (a step) does not move it until it is measured
+// again.
+func (s *Scheduler) now() time.Time {
+	s.offsetMu.Lock()
+	refused := s.measured && s.overMaxSkew(s.offset)
+	wall, mono, offset := s.probedWall, s.probedMono, s.offset
+	s.offsetMu.Unlock()
+	if refused {
+		return wall.Add(offset + time.Since(mono))
+	}
+	return s.cfg.clock.Now()
+}
+
+// runnerClock is the clock a runner plans, queues and dispatches by
+// (Scheduler.now): the replica's own while it is within max_skew of
+// Redis's, Redis's while it is not. A replica whose clock is off claims
+// nothing but takeovers and the claims that Redis decides on its own clock
+// (expire and miss claims); those, its live slots as they come and the
+// slots it plans at start then follow Redis's time, not a clock known to
+// be wrong: a replica that starts with its clock an hour ahead does not
+// take the next hour's slots for past ones, and, its clock set right,
+// claims Redis's next slot rather than one an hour away. Its timers are
+// the replica's clock's.
+type runnerClock struct{ s *Scheduler }
+
+func (c runnerClock) Now() time.Time                 { return c.s.now() }
+func (c runnerClock) NewTimer(d time.Duration) Timer { return c.s.cfg.clock.NewTimer(d) }
 
 // probeSoon asks the clock loop to probe now rather than at its next period:
 // after claims failed (Redis may have restarted), or when they are refused.

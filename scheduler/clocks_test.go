@@ -69,12 +69,14 @@ func TestRefusedSlotsStillEndWithARecord(t *testing.T) {
 		for _, id := range []string{"a", "b"} {
 			h.startWith(id, replicaOpts{offset: -5 * time.Minute}, reg(), table)
 		}
-		// The replicas' clocks read 5 minutes ago; their slots are Redis's
-		// slots minus 5 minutes. Give the slots they refuse their misfire grace
-		// on Redis's clock, plus a margin.
-		begin := time.Now().Add(-5 * time.Minute)
+		// The replicas' clocks read 5 minutes ago; while they refuse, they go
+		// by Redis's clock, so their slots are Redis's (before, they took the
+		// slots of 5 minutes ago for the live ones, and those after their
+		// start kept no record for 5 minutes). Give the slots they refuse
+		// their misfire grace on Redis's clock, plus a margin.
+		begin := time.Now()
 		time.Sleep(2 * time.Minute)
-		end := time.Now().Add(-5*time.Minute - 30*time.Second)
+		end := time.Now().Add(-30 * time.Second)
 		n := 0
 		for at := begin.Add(10 * time.Second).Truncate(10 * time.Second); at.Before(end); at = at.Add(10 * time.Second) {
 			rec, ok := h.record("j", at.Unix())

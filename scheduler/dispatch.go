@@ -26,6 +26,17 @@ const coalesce = 100 * time.Millisecond
 // Between batches it takes the events of the goroutines that run jobs.
 func (r *runner) loop(ctx context.Context) {
 	for {
+		if r.stepped() {
+			// Claims decided on a clock that just stepped could go out far
+			// too early or late: measure it against Redis before anything
+			// is dispatched on it (while it is off by more than max_skew,
+			// the runner goes by Redis's clock).
+			pctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+			if err := r.s.probe(pctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("cannot measure the clock against Redis", "error", err)
+			}
+			cancel()
+		}
 		ahead := r.ahead()
 		r.dispatch(ctx, r.clock.Now(), ahead)
 		r.sweepDue(ctx, r.clock.Now())
@@ -53,6 +64,16 @@ func (r *runner) loop(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// stepped reports, and logs, whether this replica's clock has stepped since
+// it was last measured against Redis (Scheduler.clockStepped).
+func (r *runner) stepped() bool {
+	drift, stepped := r.s.clockStepped()
+	if stepped {
+		r.log.Warn("this replica's clock stepped: measuring it against Redis before claiming", "step", drift.Round(time.Millisecond).String())
+	}
+	return stepped
 }
 
 // onRunEnded acts on a run that has returned.
@@ -206,16 +227,6 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 	}
 	for _, p := range later {
 		heap.Push(&r.queue, p)
-	}
-	if drift, stepped := r.s.clockStepped(now); stepped {
-		// Claims decided on a clock that just stepped could go out far too
-		// early or late: measure it against Redis first.
-		r.log.Warn("this replica's clock stepped: measuring it against Redis before claiming", "step", drift.Round(time.Millisecond).String())
-		pctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
-		if err := r.s.probe(pctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("cannot measure the clock against Redis", "error", err)
-		}
-		cancel()
 	}
 	older := r.s.olderPeers()
 	switch {

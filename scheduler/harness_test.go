@@ -356,6 +356,7 @@ type replica struct {
 // replicaOpts are what a test may set on a replica beyond scheduler options.
 type replicaOpts struct {
 	offset  time.Duration                            // its clock's offset from the bubble's
+	clock   *stepClock                               // its clock, when the test holds it from before the start (offset is then unused)
 	prefix  string                                   // its key prefix, when not the harness's
 	claimer func(*slotstore.Store) scheduler.Claimer // wraps its store
 }
@@ -368,6 +369,9 @@ func (h *harness) start(id string, reg *jobs.Registry, table []scheduler.Job, op
 func (h *harness) startWith(id string, ro replicaOpts, reg *jobs.Registry, table []scheduler.Job, opts ...scheduler.Option) *replica {
 	h.t.Helper()
 	r := &replica{id: id, net: &netGate{}, clock: newStepClock(ro.offset), done: make(chan struct{})}
+	if ro.clock != nil {
+		r.clock = ro.clock
+	}
 	prefix := h.prefix
 	if ro.prefix != "" {
 		prefix = ro.prefix

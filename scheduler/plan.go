@@ -22,8 +22,10 @@ type startupPlan struct {
 	live  time.Time   // the first slot claimed live
 }
 
-// planStartup plans a job at start, from what the store knows of it. The
-// slots in (start - maxSkew, start] are claimed live, because a replica whose
+// planStartup plans a job at start, from what the store knows of it. start
+// is the runner's clock: Redis's while the replica's own is off by more
+// than maxSkew (runnerClock). The slots in (start - maxSkew, start] are
+// claimed live, because a replica whose
 // clock lags by up to maxSkew may be claiming them right now; older slots in
 // the catch-up window, after the latest recorded one, follow the catch-up
 // policy (a first deployment, with no record, catches nothing up). Every slot

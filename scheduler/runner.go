@@ -20,7 +20,7 @@ import (
 // tell it what happened with typed events.
 type runner struct {
 	s     *Scheduler
-	clock Clock
+	clock Clock // runnerClock: Redis's while the replica's own is off by more than max_skew
 	log   *slog.Logger
 	self  string
 
@@ -79,7 +79,7 @@ func newRunner(s *Scheduler) *runner {
 	killCtx, kill := context.WithCancel(context.Background())
 	return &runner{
 		s:         s,
-		clock:     s.cfg.clock,
+		clock:     runnerClock{s},
 		log:       s.log.With("slotcron.replica", s.cfg.replica),
 		self:      s.cfg.replica,
 		tokenBase: newTokenBase(),

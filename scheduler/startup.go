@@ -54,6 +54,14 @@ func (r *runner) startup(ctx context.Context) bool {
 	if !r.steps(ctx, ready) || !r.awaitProtocol(ctx) || !r.steps(ctx, read) {
 		return false
 	}
+	// Planned on the clock as measured: a step since the probe (an NTP step
+	// at boot) is measured first. start is this replica's clock, or, while
+	// it is off by more than max_skew, Redis's (runnerClock): a clock an
+	// hour ahead would take the next hour's slots for missed ones, and one
+	// behind would not see the outage.
+	if r.stepped() && !r.steps(ctx, []startupStep{{"measure the clock against Redis again", r.s.probe}}) {
+		return false
+	}
 	start := r.clock.Now()
 	for _, j := range r.s.jobs {
 		p := planStartup(j.Job, j.sched, states[j.Name], start, r.s.cfg.maxSkew)
