@@ -314,7 +314,11 @@ type refusal struct {
 // claim, which Redis answers once the slot's misfire grace has passed on its
 // own clock (recorded missed, unless a replica ran it; and run, if it is
 // the live claim's own, which won with its reply lost). Expire claims are
-// sent, and so are takeovers if why says so; the rest waits.
+// sent, and so are miss claims (the slots of an outage that the catch-up
+// policy does not run: Redis records them once their deadline has passed
+// on its clock, so an outage ends with records even if no replica's clock
+// is ever set right), and takeovers if why says so; the rest (catch-up
+// claims, which would run a job now) waits.
 func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
 	var decided []*pending // sent now: Redis decides them on its own clock
 	for _, p := range batch {
@@ -343,7 +347,7 @@ func (r *runner) refuse(now time.Time, batch []*pending, why refusal) {
 		if p.callerGone() {
 			p.withdraw() // then sent: Redis decides
 		}
-		if p.claim.Kind == slot.ClaimExpire || p.claim.Kind == slot.ClaimTakeover && why.takeovers { // Redis decides; its clock is the one that counts
+		if p.claim.Kind == slot.ClaimExpire || p.claim.Kind == slot.ClaimMiss || p.claim.Kind == slot.ClaimTakeover && why.takeovers { // Redis decides; its clock is the one that counts
 			decided = append(decided, p)
 			continue
 		}

@@ -151,5 +151,48 @@ func TestAStartOnAClockBehindCatchesUpOnceSetRight(t *testing.T) {
 	})
 }
 
+// TestAnOutageIsRecordedWhileEveryReplicaRefuses: every replica was down
+// for 20 slots, and both start with their clocks 5 minutes ahead of
+// Redis's, past max_skew: they refuse to claim, and their clocks are never
+// set right. The outage's slots (catchup: none) must still end recorded
+// missed: the claims that record them let Redis decide on its own clock,
+// so they go to Redis even while a replica refuses. So must the slots
+// after their start (refused), and no slot still to come may be recorded.
+func TestAnOutageIsRecordedWhileEveryReplicaRefuses(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		const down = 20
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", Catchup: scheduler.CatchupNone, MisfireGrace: 2 * time.Second, LeaseTTL: time.Second}}
+		reg := func() *jobs.Registry { return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0)}) }
+		first := h.start("first", reg(), table)
+		time.Sleep(3500 * time.Millisecond)
+		first.stop()
+		states, err := h.store.JobStates(context.Background(), []string{"j"})
+		if err != nil || states["j"].Last.IsZero() {
+			t.Fatalf("no slot ran before the stop: %v %v", states, err)
+		}
+		last := states["j"].Last.Unix()
+		sleepUntil(time.Unix(last+down, 0).Add(500 * time.Millisecond))
+		for _, id := range []string{"a", "b"} {
+			h.startWith(id, replicaOpts{offset: 5 * time.Minute}, reg(), table)
+		}
+		time.Sleep(15 * time.Second)
+		end := time.Now().Add(-3 * time.Second).Truncate(time.Second) // the misfire grace has passed
+
+		h.eachSlot("j", "starts", last+1, end.Unix(), func(at int64, r slot.Record, starts int) {
+			if r.State != slot.StateMissed || r.Error == "" || starts != 0 {
+				t.Errorf("slot %s (outage until %s): %s %q, %d starts; want missed, with the reason", clockOf(at), clockOf(last+down), r.State, r.Error, starts)
+			}
+		})
+		rec, _ := h.record("j", last+1)
+		t.Logf("an outage slot's record: %s: %s", rec.State, rec.Error)
+		future := time.Now().Add(time.Second).Unix()
+		for at := future; at < future+400; at++ {
+			if rec, ok := h.record("j", at); ok {
+				t.Fatalf("slot %s, still to come, already has a record: %s by %s %q", clockOf(at), rec.State, rec.Owner, rec.Error)
+			}
+		}
+	})
+}
+
 // clockOf formats a slot's unix time as its time of day, UTC.
 func clockOf(at int64) string { return time.Unix(at, 0).UTC().Format(time.TimeOnly) }
