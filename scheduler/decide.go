@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"log/slog"
 	"time"
 
@@ -10,11 +11,13 @@ import (
 // outcomeError is the outcome of a claim that got no answer; outcomeRefused
 // of a slot that this replica did not claim because its clock is off;
 // outcomeRefusedProtocol of one it did not claim because replicas of an
-// older slot protocol were live.
+// older slot protocol were live; outcomeOld of a catch-up claim that Redis
+// refused as older than its retention less its MaxEarly.
 const (
 	outcomeError           = "error"
 	outcomeRefused         = "refused_skew"
 	outcomeRefusedProtocol = "refused_protocol"
+	outcomeOld             = "old"
 )
 
 // decision is what a replica does with the answer to one claim. decide makes
@@ -28,6 +31,8 @@ type decision struct {
 	retryIn     time.Duration // > 0: send the claim again after exactly this long
 	atSlot      bool          // send the claim again at its slot's time
 	probe       bool          // measure the clock against Redis again, now
+	claimLive   bool          // the slot is still to come on Redis's clock: claim it live, at its time
+	unbounded   bool          // send the claim again now, without its MaxEarly: its slot is long past on Redis's clock
 	watch       target        // non-zero: settle this running slot once its owner's lease would expire
 	watchWait   time.Duration // how long that lease may still run; -1 when unknown (look soon)
 	unwatch     bool          // the claimed slot needs no more watching
@@ -42,6 +47,16 @@ type decision struct {
 // this replica's ID: a record that names it, with no run behind it here, is
 // watched like anybody else's, so that a run lost with a reply is settled.
 func decide(c slot.Claim, res slot.Result, self string) decision {
+	if c.Kind == slot.ClaimCatchup && errors.Is(res.Err, slot.ErrPastRetention) {
+		// That bound is for a backfill, which cannot know that a slot's
+		// record has not expired. A starting replica planned this slot
+		// after the job's latest record, so a record of it can only have
+		// been written since, and has not expired unless the catch-up has
+		// waited a whole retention: the bound that matters here is the
+		// early one (bareClaim), and Redis has just shown the slot past.
+		return decision{outcome: outcomeOld, unbounded: true, level: slog.LevelDebug,
+			msg: "catch-up slot older than its retention less max_skew on Redis's clock: claiming it again without the early bound"}
+	}
 	if res.Err != nil {
 		return decision{outcome: outcomeError, backoff: true, level: slog.LevelWarn, msg: "claim failed; retrying"}
 	}
@@ -102,6 +117,15 @@ func decide(c slot.Claim, res slot.Result, self string) decision {
 	case slot.OutcomeClosed, slot.OutcomeGone:
 		d.unwatch = true
 	case slot.OutcomeEarly:
+		if c.Kind == slot.ClaimCatchup {
+			// A slot still to come on Redis's clock, taken for a missed one
+			// by a plan on a clock that was not Redis's: it is a live slot.
+			// Claimed live at its time, as the replicas that planned right
+			// claim it; the next catch-up slot goes now.
+			d.claimLive, d.nextCatchup, d.probe = true, true, true
+			d.level, d.msg = slog.LevelDebug, "catch-up claim refused by Redis: its slot is further ahead of Redis's clock than max_skew; claiming it live at its time"
+			break
+		}
 		d.retryIn = max(res.Wait, time.Millisecond)
 		if c.Kind != slot.ClaimExpire && c.Kind != slot.ClaimMiss { // Redis's clock says this replica's runs ahead
 			d.probe = true // and send says so once per batch, at WARN

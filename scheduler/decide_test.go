@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -30,6 +31,8 @@ func TestDecide(t *testing.T) {
 		retryAfter  time.Duration
 		retryIn     time.Duration
 		probe       bool
+		claimLive   bool
+		unbounded   bool
 		watch       target
 		watchWait   time.Duration
 		unwatch     bool
@@ -106,6 +109,8 @@ func TestDecide(t *testing.T) {
 		// Early: nothing recorded; a live claim says this replica's clock runs ahead.
 		{"live too early on Redis's clock", slot.ClaimLive, slot.Result{Outcome: slot.OutcomeEarly, Wait: 10 * time.Minute},
 			want{outcome: "early", retryIn: 10 * time.Minute, probe: true, level: slog.LevelDebug, logged: true}},
+		{"catch-up too early on Redis's clock: claimed live at its time, and on to the next", slot.ClaimCatchup, slot.Result{Outcome: slot.OutcomeEarly, Wait: time.Hour},
+			want{outcome: "early", claimLive: true, nextCatchup: true, probe: true, level: slog.LevelDebug, logged: true}},
 		{"expire before its deadline", slot.ClaimExpire, slot.Result{Outcome: slot.OutcomeEarly, Wait: 30 * time.Second},
 			want{outcome: "early", retryIn: 30 * time.Second}},
 		{"live, before its time on Redis's clock, while a run holds the job", slot.ClaimLive, slot.Result{Outcome: slot.OutcomeBusy, Wait: 1500 * time.Millisecond},
@@ -122,6 +127,8 @@ func TestDecide(t *testing.T) {
 			want{outcome: "error", backoff: true, level: slog.LevelWarn, logged: true}},
 		{"catch-up error", slot.ClaimCatchup, slot.Result{Err: errors.New("i/o timeout")},
 			want{outcome: "error", backoff: true, level: slog.LevelWarn, logged: true}},
+		{"catch-up past its retention less MaxEarly: again now, unbounded", slot.ClaimCatchup, slot.Result{Err: fmt.Errorf("claim: %w", slot.ErrPastRetention)},
+			want{outcome: "old", unbounded: true, level: slog.LevelDebug, logged: true}},
 		{"miss error", slot.ClaimMiss, slot.Result{Err: errors.New("i/o timeout")},
 			want{outcome: "error", backoff: true, level: slog.LevelWarn, logged: true}},
 		{"takeover error", slot.ClaimTakeover, slot.Result{Err: errors.New("i/o timeout")},
@@ -145,7 +152,8 @@ func TestDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := decide(claimOf(tt.kind), tt.res, self)
-			got := want{outcome: d.outcome, run: d.run, backoff: d.backoff, retryAfter: d.retryAfter, retryIn: d.retryIn, probe: d.probe, watch: d.watch,
+			got := want{outcome: d.outcome, run: d.run, backoff: d.backoff, retryAfter: d.retryAfter, retryIn: d.retryIn, probe: d.probe,
+				claimLive: d.claimLive, unbounded: d.unbounded, watch: d.watch,
 				watchWait: d.watchWait, unwatch: d.unwatch, nextCatchup: d.nextCatchup, level: d.level, logged: d.msg != ""}
 			if !tt.want.logged {
 				got.level = tt.want.level // no line, so no level to compare

@@ -557,7 +557,7 @@ func (r *runner) claimBatch(ctx context.Context, batch []*pending) (answered boo
 	now := r.clock.Now()
 	early := 0
 	for i, res := range results {
-		if res.Outcome == slot.OutcomeEarly && batch[i].claim.Kind == slot.ClaimLive {
+		if k := batch[i].claim.Kind; res.Outcome == slot.OutcomeEarly && (k == slot.ClaimLive || k == slot.ClaimCatchup) {
 			early++
 		}
 		r.apply(ctx, now, batch[i], res, traces[i])
@@ -645,6 +645,9 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 	if !d.watch.isZero() {
 		r.watch(now, j, d.watch, d.watchWait)
 	}
+	if d.claimLive {
+		heap.Push(&r.queue, &pending{due: c.Slot, job: j, claim: r.bareClaim(slot.ClaimLive, j, c.Slot)})
+	}
 	if d.probe {
 		r.s.probeSoon()
 	}
@@ -657,6 +660,10 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 		r.onTime[p.job] = aheadWindow
 	case d.retryIn > 0:
 		p.due = now.Add(d.retryIn)
+		heap.Push(&r.queue, p)
+	case d.unbounded:
+		p.claim.MaxEarly = 0
+		p.due = now
 		heap.Push(&r.queue, p)
 	case d.backoff && ctx.Err() == nil: // shutting down: nothing more is claimed
 		p.tries++

@@ -179,6 +179,11 @@ func (r *runner) claim(kind slot.Kind, j *jobState, at time.Time) slot.Claim {
 // of their slot's record and never sent.
 func (r *runner) bareClaim(kind slot.Kind, j *jobState, at time.Time) slot.Claim {
 	c := claim(kind, j.Job, at, r.self)
+	if kind == slot.ClaimCatchup {
+		// A catch-up slot is in the past: Redis refuses one still to
+		// come, should a plan have been made on a clock that was not its.
+		c.MaxEarly = r.s.cfg.maxSkew
+	}
 	if kind == slot.ClaimLive {
 		c.MaxEarly = r.s.cfg.maxSkew
 		// Under routing race every candidate claims the slot at its time,

@@ -81,7 +81,7 @@ func TestSlotClaimAhead(t *testing.T) {
 // Redis's clock than that, or older than its retention less that (the
 // slot's record may have expired: a slot that ran would run again). Within
 // both it wins; a slot that has a record answers lost either way; without
-// a MaxEarly (a starting replica's catch-up) neither bound applies.
+// a MaxEarly neither bound applies.
 func TestCatchupClaimIsBounded(t *testing.T) {
 	_, _, s := newSlots(t)
 	ctx := context.Background()

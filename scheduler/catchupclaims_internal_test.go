@@ -1,0 +1,114 @@
+package scheduler
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slotcron/slotcron/internal/redistest"
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// storeRunner returns the runner of a Scheduler of job, with max_skew 1s,
+// on a real Redis, and its store. Nothing runs: the test drives the
+// runner's parts, on the machine's clock, which is Redis's.
+func storeRunner(t *testing.T, job Job) (*runner, *slotstore.Store) {
+	t.Helper()
+	srv := redistest.Start(t)
+	store, err := slotstore.New(srv.Client(), srv.Key("claims"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := jobs.NewRegistry()
+	if err := reg.Register(job.Name, func(context.Context, jobs.Run) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(store, reg, WithJobs(job), WithReplicaID("r1"), WithKeyPrefix(store.Prefix()),
+		WithSkewLimits(500*time.Millisecond, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newRunner(s), store
+}
+
+// TestACatchupClaimIsNeverEarly: a catch-up claim whose slot is still to
+// come on Redis's clock (a plan made on a clock that was not Redis's: a
+// probe that mis-measured it, a step) must not win it: it carries max_skew
+// as its MaxEarly, so Redis refuses it and records nothing. The slot is
+// then claimed live, at its time, as the replicas that planned right claim
+// it (so it still ends with a record, even on a replica alone), and the
+// next catch-up slot goes at once. Before, nothing bounded a catch-up
+// claim: it won a slot an hour ahead, and its run started then.
+func TestACatchupClaimIsNeverEarly(t *testing.T) {
+	r, store := storeRunner(t, Job{Name: "j", Schedule: "@every 1s", Catchup: CatchupAll})
+	j := r.s.jobs[0]
+	now := r.clock.Now()
+	ahead := now.Add(time.Hour).Truncate(time.Second)
+	p := &pending{due: now, job: j, claim: r.claim(slot.ClaimCatchup, j, ahead)}
+	if p.claim.MaxEarly != time.Second {
+		// (Not sent: it would win the slot, and run it.)
+		t.Fatalf("a catch-up claim's MaxEarly is %v; want max_skew, 1s", p.claim.MaxEarly)
+	}
+	r.catchup[j] = []time.Time{ahead.Add(time.Second)}
+	r.send(context.Background(), []*pending{p})
+
+	if rec, ok, err := store.Record(context.Background(), "j", ahead); err != nil || ok {
+		t.Fatalf("slot %v, an hour ahead: record %+v (found %v, %v); want none", ahead.UTC(), rec, ok, err)
+	}
+	var live, next int
+	for _, q := range r.queue {
+		switch c := q.p.claim; {
+		case c.Kind == slot.ClaimLive && c.Slot.Equal(ahead) && q.due.Equal(ahead) && c.MaxEarly == time.Second:
+			live++
+		case c.Kind == slot.ClaimCatchup && c.Slot.Equal(ahead.Add(time.Second)) && !q.due.After(r.clock.Now()):
+			next++
+		default:
+			t.Errorf("queued: %s claim of %v, due %v", c.Kind, c.Slot.UTC(), q.due.UTC())
+		}
+	}
+	if live != 1 || next != 1 {
+		t.Errorf("queued %d live claims of the slot at its time, %d of the next catch-up slot now; want 1 and 1", live, next)
+	}
+}
+
+// TestAnOldCatchupClaimStillRuns: Redis refuses a catch-up claim with a
+// MaxEarly whose slot is older than the retention less MaxEarly (what
+// keeps a backfill from running a slot whose record may have expired). A
+// starting replica's catch-up slot had no record when it was planned, and
+// one written since has not expired: the bound that matters for it is the
+// early one, and this answer shows its slot is past on Redis's clock. So it
+// is claimed again at once without the bound, and runs, as it did before
+// catch-up claims had one; it is not retried with the bound for ever.
+func TestAnOldCatchupClaimStillRuns(t *testing.T) {
+	r, store := storeRunner(t, Job{Name: "j", Schedule: "@every 1s", Catchup: CatchupAll, Retention: time.Minute,
+		CatchupWindow: 50 * time.Second, MisfireGrace: 10 * time.Second})
+	bg, stop := context.WithCancel(context.Background())
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() { defer loops.Done(); r.renew.loop(bg) }()
+	go func() { defer loops.Done(); r.finisher.loop(bg) }()
+	defer func() { stop(); loops.Wait() }()
+	close(r.loopDone) // no loop: a run's end goes nowhere
+
+	j := r.s.jobs[0]
+	now := r.clock.Now()
+	old := now.Add(-59 * time.Second).Truncate(time.Second) // older than the retention (1m) less max_skew (1s)
+	p := &pending{due: now, job: j, claim: r.claim(slot.ClaimCatchup, j, old)}
+	r.send(context.Background(), []*pending{p})
+	if rec, ok, err := store.Record(context.Background(), "j", old); err != nil || ok {
+		t.Fatalf("slot %v: record %+v (found %v, %v); want none yet", old.UTC(), rec, ok, err)
+	}
+	if len(r.queue) != 1 || r.queue[0].p != p || p.claim.MaxEarly != 0 || r.queue[0].due.After(r.clock.Now()) || p.tries != 0 {
+		t.Fatalf("queued %d, the claim %+v; want it again, now, without MaxEarly, not counted as a failed try", len(r.queue), p.claim)
+	}
+	r.send(context.Background(), []*pending{heap.Pop(&r.queue).(*pending)})
+	r.jobsWG.Wait()
+	rec, ok, err := store.Record(context.Background(), "j", old)
+	if err != nil || !ok || rec.Owner != "r1" || rec.State != slot.StateDone {
+		t.Errorf("slot %v, claimed again without MaxEarly: record %+v (found %v, %v); want done by r1", old.UTC(), rec, ok, err)
+	}
+}
