@@ -112,3 +112,32 @@ func TestAnOldCatchupClaimStillRuns(t *testing.T) {
 		t.Errorf("slot %v, claimed again without MaxEarly: record %+v (found %v, %v); want done by r1", old.UTC(), rec, ok, err)
 	}
 }
+
+// TestAStopRecordsNoSlotBeforeItsTime: a replica that stops records the
+// slots its catch-up policy left missed and that have no record yet, those
+// still waiting for their misfire grace included (nobody else would). It
+// must not record one before its time on Redis's clock: a slot still to
+// come (a plan made on a clock that was not Redis's) is left to the
+// replicas that claim it live. Before, the deadline was dropped at the
+// stop, and such a slot was recorded missed ahead of time.
+func TestAStopRecordsNoSlotBeforeItsTime(t *testing.T) {
+	r, store := storeRunner(t, Job{Name: "j", Schedule: "@every 1s", Catchup: CatchupNone})
+	j := r.s.jobs[0]
+	now := r.clock.Now()
+	past := now.Add(-5 * time.Second).Truncate(time.Second) // within its misfire grace (1m)
+	ahead := now.Add(time.Hour).Truncate(time.Second)
+	r.push(now.Add(time.Minute), j, r.claim(slot.ClaimMiss, j, past))
+	r.push(now.Add(time.Minute), j, r.claim(slot.ClaimMiss, j, ahead))
+	r.backlog[j] = []time.Time{past.Add(-time.Second), ahead.Add(time.Second)}
+	r.flushMisses(context.Background())
+	for _, at := range []time.Time{past.Add(-time.Second), past} {
+		if rec, ok, err := store.Record(context.Background(), "j", at); err != nil || !ok || rec.State != slot.StateMissed {
+			t.Errorf("slot %v, past: record %+v (found %v, %v); want missed", at.UTC(), rec, ok, err)
+		}
+	}
+	for _, at := range []time.Time{ahead, ahead.Add(time.Second)} {
+		if rec, ok, err := store.Record(context.Background(), "j", at); err != nil || ok {
+			t.Errorf("slot %v, an hour ahead: record %+v (found %v, %v); want none", at.UTC(), rec, ok, err)
+		}
+	}
+}

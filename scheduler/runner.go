@@ -235,23 +235,26 @@ func afterLease(wait, ttl time.Duration) time.Duration {
 // backlog, and those waiting for their misfire grace to pass on Redis's
 // clock (plan.go's claim). Nobody else would record them: the job's state
 // already holds later slots, from which the next start plans. They go
-// without their deadline: a replica whose clock lags may yet claim one of
-// the latest within its misfire grace, but a slot recorded missed a little
-// early is better than one left with no record. It takes at most the claim
-// timeout; what it cannot record is logged at ERROR.
+// with the slot's own time for deadline, not the end of its grace: a
+// replica whose clock lags may yet claim one of the latest within its
+// misfire grace, but a slot recorded missed a little early is better than
+// one left with no record. None is recorded before its time on Redis's
+// clock, though: one still to come there (planned on a clock that was not
+// Redis's) is left to the replicas that claim it live. It takes at most
+// the claim timeout; what it cannot record is logged at ERROR.
 func (r *runner) flushMisses(ctx context.Context) {
 	var claims []slot.Claim
 	for _, q := range r.queue {
 		if q.p.claim.Kind == slot.ClaimMiss {
 			c := q.p.claim
-			c.Deadline = time.Time{}
+			c.Deadline = c.Slot
 			claims = append(claims, c)
 		}
 	}
 	for j, rest := range r.backlog {
 		for _, at := range rest {
 			c := r.claim(slot.ClaimMiss, j, at)
-			c.Deadline = time.Time{}
+			c.Deadline = at
 			claims = append(claims, c)
 		}
 	}
@@ -260,7 +263,7 @@ func (r *runner) flushMisses(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
 	defer cancel()
-	recorded, failed := 0, 0
+	recorded, failed, ahead := 0, 0, 0
 	var lastErr error
 	for i := 0; i < len(claims); i += maxBatch {
 		chunk := claims[i:min(i+maxBatch, len(claims))]
@@ -271,10 +274,16 @@ func (r *runner) flushMisses(ctx context.Context) {
 				failed, lastErr = failed+1, err
 			case res[k].Err != nil:
 				failed, lastErr = failed+1, res[k].Err
+			case res[k].Outcome == slot.OutcomeEarly:
+				ahead++
 			default:
 				recorded++ // missed, or it had a record meanwhile
 			}
 		}
+	}
+	if ahead > 0 {
+		r.log.Warn("stopping with slots that the catch-up policy left missed but that are still to come on Redis's clock: not recorded; "+
+			"the replicas claim them live at their time", "slots", ahead)
 	}
 	if failed > 0 {
 		r.log.Error("stopping with slots that the catch-up policy left missed and that are not recorded: they keep no record",
