@@ -68,8 +68,12 @@
 // Each replica measures the offset of Redis's TIME from its own clock at
 // start and every minute. Above warn_skew (250ms) it logs a warning; above
 // max_skew (2s) it refuses to claim, and logs why, until the offset is back
-// under. A replica whose clock runs ahead by less than max_skew may start a
-// slot that much early; the slot still starts once.
+// under; meanwhile it goes by Redis's clock as measured, not its own: it
+// plans its start on it, and Redis records the slots it refuses, and an
+// outage's missed slots, on its own clock. A clock that steps is measured
+// again before anything is claimed on it. A replica whose clock runs ahead
+// by less than max_skew may start a slot that much early; the slot still
+// starts once.
 //
 // # Stopping
 //
