@@ -177,18 +177,15 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 	}
 	for i := 0; len(r.backlog) > 0 && i < len(r.s.jobs); i++ { // last: slots to record missed, oldest first
 		j := r.s.jobs[i]
-		rest, ok := r.backlog[j]
+		b, ok := r.backlog[j]
 		if !ok {
 			continue
 		}
-		for len(rest) > 0 && len(batch) < maxBatch {
-			batch = append(batch, &pending{due: now, job: j, claim: r.claim(slot.ClaimMiss, j, rest[0])})
-			rest = rest[1:]
+		for len(b.slots) > 0 && len(batch) < maxBatch {
+			batch = append(batch, &pending{due: now, job: j, claim: r.missClaim(j, b)})
 		}
-		if len(rest) == 0 {
+		if len(b.slots) == 0 {
 			delete(r.backlog, j)
-		} else {
-			r.backlog[j] = rest
 		}
 	}
 	if len(batch) == 0 {

@@ -29,7 +29,7 @@ type runner struct {
 	tokens    uint64                    // claim tokens made so far
 	next      nextQueue                 // each job's next live slot
 	queue     pendingQueue              // retries, catch-ups, watches
-	backlog   map[*jobState][]time.Time // slots to record missed at start, sent maxBatch at a time
+	backlog   map[*jobState]*backlog    // slots to record missed at start, sent maxBatch at a time
 	catchup   map[*jobState][]time.Time // catch-up slots after the one in flight
 	watching  map[slotKey]bool
 	batches   aheadMeter        // how long claim batches took, for ahead
@@ -84,7 +84,7 @@ func newRunner(s *Scheduler) *runner {
 		self:      s.cfg.replica,
 		tokenBase: newTokenBase(),
 		catchup:   map[*jobState][]time.Time{},
-		backlog:   map[*jobState][]time.Time{},
+		backlog:   map[*jobState]*backlog{},
 		watching:  map[slotKey]bool{},
 		onTime:    map[*jobState]int{},
 		runEnded:  make(chan runEnded),
@@ -243,9 +243,9 @@ func (r *runner) flushMisses(ctx context.Context) {
 			claims = append(claims, c)
 		}
 	}
-	for j, rest := range r.backlog {
-		for _, at := range rest {
-			c := r.claim(slot.ClaimMiss, j, at)
+	for j, b := range r.backlog {
+		for len(b.slots) > 0 {
+			c := r.missClaim(j, b)
 			c.Deadline = time.Time{}
 			claims = append(claims, c)
 		}
