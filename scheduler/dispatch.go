@@ -679,14 +679,18 @@ func (r *runner) takeover(j *jobState, t target) slot.Claim {
 	return c
 }
 
-// nextCatchup sends the next catch-up slot of j, if any: one at a time.
+// nextCatchup sends the next catch-up slot of j, if any, once the one in
+// flight has its answer: one at a time.
 func (r *runner) nextCatchup(now time.Time, j *jobState) {
 	rest := r.catchup[j]
+	if len(rest) > 0 {
+		rest = rest[1:] // the one in flight
+	}
 	if len(rest) == 0 {
 		delete(r.catchup, j)
 		return
 	}
-	r.catchup[j] = rest[1:]
+	r.catchup[j] = rest
 	r.push(now, j, r.claim(slot.ClaimCatchup, j, rest[0]))
 }
 

@@ -30,7 +30,7 @@ type runner struct {
 	next      nextQueue                 // each job's next live slot
 	queue     pendingQueue              // retries, catch-ups, watches
 	backlog   map[*jobState]*backlog    // slots to record missed at start, sent maxBatch at a time
-	catchup   map[*jobState][]time.Time // catch-up slots after the one in flight
+	catchup   map[*jobState][]time.Time // catch-up slots yet to run, oldest first: the first is in flight
 	watching  map[slotKey]bool
 	batches   aheadMeter        // how long claim batches took, for ahead
 	onTime    map[*jobState]int // jobs whose next slots are claimed at their time, and how many
@@ -223,58 +223,4 @@ func backoff(tries int) time.Duration {
 func afterLease(wait, ttl time.Duration) time.Duration {
 	margin := max(ttl/10, 20*time.Millisecond)
 	return max(wait, 0) + margin/2 + rand.N(margin/2+1)
-}
-
-// flushMisses records, as the replica stops, the slots that its catch-up
-// policy left missed and that have no record yet: those still in the
-// backlog, and those waiting for their misfire grace to pass on Redis's
-// clock (plan.go's claim). Nobody else would record them: the job's state
-// already holds later slots, from which the next start plans. They go
-// without their deadline: a replica whose clock lags may yet claim one of
-// the latest within its misfire grace, but a slot recorded missed a little
-// early is better than one left with no record. It takes at most the claim
-// timeout; what it cannot record is logged at ERROR.
-func (r *runner) flushMisses(ctx context.Context) {
-	var claims []slot.Claim
-	for _, q := range r.queue {
-		if q.p.claim.Kind == slot.ClaimMiss {
-			c := q.p.claim
-			c.Deadline = time.Time{}
-			claims = append(claims, c)
-		}
-	}
-	for j, b := range r.backlog {
-		for len(b.slots) > 0 {
-			c := r.missClaim(j, b)
-			c.Deadline = time.Time{}
-			claims = append(claims, c)
-		}
-	}
-	if len(claims) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
-	defer cancel()
-	recorded, failed := 0, 0
-	var lastErr error
-	for i := 0; i < len(claims); i += maxBatch {
-		chunk := claims[i:min(i+maxBatch, len(claims))]
-		res, err := r.s.claimer.Claim(ctx, chunk)
-		for k := range chunk {
-			switch {
-			case err != nil:
-				failed, lastErr = failed+1, err
-			case res[k].Err != nil:
-				failed, lastErr = failed+1, res[k].Err
-			default:
-				recorded++ // missed, or it had a record meanwhile
-			}
-		}
-	}
-	if failed > 0 {
-		r.log.Error("stopping with slots that the catch-up policy left missed and that are not recorded: they keep no record",
-			"slots", failed, "recorded", recorded, "error", lastErr)
-		return
-	}
-	r.log.Info("stopping: recorded the slots that the catch-up policy left missed, without waiting for their misfire grace", "slots", recorded)
 }

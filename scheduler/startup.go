@@ -73,7 +73,7 @@ func (r *runner) startup(ctx context.Context) bool {
 			r.backlog[j] = &backlog{slots: p.miss, old: p.old} // recorded after the live slots and the catch-up run, a batch at a time
 		}
 		if len(p.run) > 0 {
-			r.catchup[j] = p.run[1:]
+			r.catchup[j] = p.run // the first in flight
 			r.push(start, j, r.claim(slot.ClaimCatchup, j, p.run[0]))
 		}
 		if len(p.miss)+len(p.run) > 0 {
