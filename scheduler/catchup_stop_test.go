@@ -81,6 +81,24 @@ func TestStopRecordsTheUnreachedCatchup(t *testing.T) {
 	})
 }
 
+// TestStopLeavesTheCatchupToAPeer: two replicas start together after the
+// outage: both planned the same catch-up. One stops 30 s in; the other goes
+// on and runs every slot of it: the stopping replica must not record missed
+// the slots its live peer is about to run.
+func TestStopLeavesTheCatchupToAPeer(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		last, table, reg := catchupOutage(t, h)
+		r1 := h.start("r1", reg(), table)
+		h.start("r2", reg(), table)
+		time.Sleep(30 * time.Second)
+		r1.stop()
+		time.Sleep(5 * time.Minute) // r2 runs the rest, one at a time
+		if done, stopped := caughtUp(t, h, last); done != 10 || stopped != 0 {
+			t.Errorf("%d catch-up slots ran, %d recorded missed at r1's stop; want all 10 run, by r2 after the stop", done, stopped)
+		}
+	})
+}
+
 // TestStopDoesNotCountOnALaterPeer: r2 starts 20 s after r1, once live
 // slots have run: it planned from them, and holds none of the catch-up.
 // r1, stopping mid catch-up, must record the rest missed, not leave it to

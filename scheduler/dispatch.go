@@ -686,6 +686,7 @@ func (r *runner) nextCatchup(now time.Time, j *jobState) {
 	if len(rest) > 0 {
 		rest = rest[1:] // the one in flight
 	}
+	r.s.catchups.set(j.Name, rest)
 	if len(rest) == 0 {
 		delete(r.catchup, j)
 		return

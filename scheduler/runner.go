@@ -105,20 +105,17 @@ func (r *runner) run(ctx context.Context) error {
 
 	err := r.register(ctx)
 	if err == nil && r.startup(ctx) {
-		bgWG.Add(2)
+		var hbWG sync.WaitGroup
+		bgWG.Add(1)
+		hbWG.Add(1)
 		go func() { defer bgWG.Done(); r.s.clockLoop(ctx) }()
-		go func() { defer bgWG.Done(); r.heartbeatLoop(ctx) }()
+		go func() { defer hbWG.Done(); r.heartbeatLoop(ctx) }()
 		r.s.looping.Store(true)
 		r.loop(ctx)
 		r.s.looping.Store(false)
 		close(r.s.loopDone)
-		r.flushMisses(context.WithoutCancel(ctx))
-		// No new claims from here: peers may stop preferring this replica.
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.cfg.claimTimeout)
-		if err := r.s.claimer.Leave(lctx, r.s.me()); err != nil {
-			r.log.Warn("cannot leave the registry; peers will count this replica live until its heartbeat is stale", "error", err)
-		}
-		cancel()
+		hbWG.Wait() // no heartbeat after the Leave: peers would count on this replica again
+		r.stop(context.WithoutCancel(ctx))
 	}
 	close(r.loopDone)
 	r.drain()
