@@ -45,9 +45,9 @@ func (r *runner) stop(ctx context.Context) {
 }
 
 // catchupPeers returns the live peers of reg that run table and publish a
-// catch-up, and whose last heartbeat is at most fresh old: a peer seen
-// later than one heartbeat period ago (and a half, for the round trip) may
-// have died, and a dead peer runs nothing. A peer that started later than
+// catch-up, and whose last heartbeat is at most fresh old: a peer last
+// seen longer ago than a heartbeat period (and a half, for the round trip)
+// may have died, and a dead peer runs nothing. A peer that started later than
 // this replica planned its catch-up from a later state, and holds only
 // later slots, if any: its ranges say which.
 func catchupPeers(reg slot.Registry, self, table string, fresh time.Duration) []slot.Replica {
