@@ -285,6 +285,10 @@ func (r *runner) flushMisses(ctx context.Context, peers []slot.Replica) {
 		res, err := r.s.claimer.Claim(ctx, chunk)
 		for k, c := range chunk {
 			outcome := outcomeError
+			if err == nil && res[k].Err == nil {
+				outcome = string(res[k].Outcome)
+			}
+			r.s.tel.claimed(r.s.tel.metricsOf(c.Job), outcome)
 			switch {
 			case err != nil:
 				failed, lastErr = failed+1, err
@@ -292,9 +296,7 @@ func (r *runner) flushMisses(ctx context.Context, peers []slot.Replica) {
 				failed, lastErr = failed+1, res[k].Err
 			default:
 				recorded++ // missed, or it had a record meanwhile
-				outcome = string(res[k].Outcome)
 			}
-			r.s.tel.claimed(r.s.tel.metricsOf(c.Job), outcome)
 		}
 	}
 	attrs := []any{"slots", len(claims), "left_by_the_policy", policy, "catchup_not_reached", len(claims) - policy}
