@@ -128,3 +128,95 @@ func TestCatchupIsNeverCutOff(t *testing.T) {
 	}
 	t.Logf("%d slots recorded missed in %v; %s ran", n, time.Since(start).Round(time.Millisecond), latest.Format(time.TimeOnly))
 }
+
+// TestSlotsOlderThanTheWindowOnRedis: the job (every second, a catch-up
+// window of 1 minute, a retention of 2 hours) last ran 3 hours ago. On a
+// real Redis, a starting replica records missed every slot from the
+// retention (plus max_skew) before its start to the window, 7,140 or so,
+// saying that they were older than the window, and none older. Before, the
+// 7,140 slots kept no record.
+func TestSlotsOlderThanTheWindowOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	store, err := slotstore.New(srv.Client(), srv.Key("older"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := scheduler.Job{Name: "j", Schedule: "@every 1s", CatchupWindow: time.Minute, Retention: 2 * time.Hour, LeaseTTL: time.Second,
+		MisfireGrace: time.Second}
+	down := time.Now().Add(-3 * time.Hour).Truncate(time.Second)
+	res, err := store.Claim(ctx, []slot.Claim{{Kind: slot.ClaimLive, Job: "j", Slot: down, Replica: "before",
+		LeaseTTL: time.Second, Retention: 2 * time.Hour, Deadline: time.Now().Add(time.Minute)}})
+	if err != nil || res[0].Outcome != slot.OutcomeWon {
+		t.Fatalf("seed: %+v %v", res, err)
+	}
+	store.Finish(ctx, []slot.FinishRequest{{Lease: res[0].Lease, State: slot.StateDone}})
+
+	reg := registry(t, map[string]jobs.Func{"j": func(context.Context, jobs.Run) error { return nil }})
+	const maxSkew = 100 * time.Millisecond
+	before := time.Now()
+	s, err := scheduler.New(store, reg, scheduler.WithJobs(job), scheduler.WithReplicaID("r1"),
+		scheduler.WithSkewLimits(50*time.Millisecond, maxSkew), scheduler.WithKeyPrefix(store.Prefix()),
+		scheduler.WithLogger(newTestLog(t).logger(slog.LevelWarn)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.Run(runCtx); close(done) }()
+	defer func() { stop(); <-done }()
+
+	// The oldest slot recorded is the first after before-2h-maxSkew (the
+	// start is a little later); the latest older than the window, before-1m
+	// or a little later. Wait until that one is recorded: the backlog goes
+	// oldest first.
+	oldest := before.Add(-2*time.Hour - maxSkew).Truncate(time.Second).Add(time.Second)
+	latest := before.Add(-time.Minute).Truncate(time.Second)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		rec, ok, err := store.Record(ctx, "j", latest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && rec.State == slot.StateMissed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute, slot %v, older than the window, has no missed record", latest.Format(time.TimeOnly))
+		}
+	}
+	rdb := srv.Client()
+	read := func(from, to time.Time) (states []string) {
+		pipe := rdb.Pipeline()
+		var cmds []*redis.StringCmd
+		for at := from; !at.After(to); at = at.Add(time.Second) {
+			cmds = append(cmds, pipe.Get(ctx, slotstore.RecordKey(store.Prefix(), "j", at)))
+		}
+		pipe.Exec(ctx)
+		for _, c := range cmds {
+			states = append(states, c.Val())
+		}
+		return states
+	}
+	// A second of margin at the oldest end: the replica's start is after
+	// before, so its first recorded slot may be a second later.
+	bad := 0
+	recorded := read(oldest.Add(time.Second), latest)
+	for i, v := range recorded {
+		if !strings.HasPrefix(v, string(slot.StateMissed)+" ") || !strings.Contains(v, "older than the catch-up window") {
+			if bad++; bad <= 3 {
+				t.Errorf("slot %v: record %q; want missed, older than the window", oldest.Add(time.Duration(i+1)*time.Second).Format(time.TimeOnly), v)
+			}
+		}
+	}
+	for i, v := range read(down.Add(time.Second), oldest.Add(-time.Second)) {
+		if v != "" {
+			if bad++; bad <= 6 {
+				t.Errorf("slot %v, older than the retention: record %q; want none", down.Add(time.Duration(i+1)*time.Second).Format(time.TimeOnly), v)
+			}
+		}
+	}
+	if bad > 0 || len(recorded) < 7000 {
+		t.Fatalf("%d slots wrong of %d", bad, len(recorded))
+	}
+	t.Logf("%d slots older than the window recorded missed in %v", len(recorded), time.Since(before).Round(time.Millisecond))
+}

@@ -53,7 +53,7 @@ func TestACatchupClaimIsNeverEarly(t *testing.T) {
 		// (Not sent: it would win the slot, and run it.)
 		t.Fatalf("a catch-up claim's MaxEarly is %v; want max_skew, 1s", p.claim.MaxEarly)
 	}
-	r.catchup[j] = []time.Time{ahead.Add(time.Second)}
+	r.catchup[j] = []time.Time{ahead, ahead.Add(time.Second)} // the first in flight
 	r.send(context.Background(), []*pending{p})
 
 	if rec, ok, err := store.Record(context.Background(), "j", ahead); err != nil || ok {
@@ -128,14 +128,15 @@ func TestAStopRecordsNoSlotBeforeItsTime(t *testing.T) {
 	ahead := now.Add(time.Hour).Truncate(time.Second)
 	r.push(now.Add(time.Minute), j, r.claim(slot.ClaimMiss, j, past))
 	r.push(now.Add(time.Minute), j, r.claim(slot.ClaimMiss, j, ahead))
-	r.backlog[j] = []time.Time{past.Add(-time.Second), ahead.Add(time.Second)}
-	r.flushMisses(context.Background())
-	for _, at := range []time.Time{past.Add(-time.Second), past} {
+	r.backlog[j] = &backlog{slots: []time.Time{past.Add(-time.Second), ahead.Add(time.Second)}}
+	r.catchup[j] = []time.Time{past.Add(-2 * time.Second), ahead.Add(2 * time.Second)} // not reached when it stopped
+	r.flushMisses(context.Background(), nil)
+	for _, at := range []time.Time{past.Add(-2 * time.Second), past.Add(-time.Second), past} {
 		if rec, ok, err := store.Record(context.Background(), "j", at); err != nil || !ok || rec.State != slot.StateMissed {
 			t.Errorf("slot %v, past: record %+v (found %v, %v); want missed", at.UTC(), rec, ok, err)
 		}
 	}
-	for _, at := range []time.Time{ahead, ahead.Add(time.Second)} {
+	for _, at := range []time.Time{ahead, ahead.Add(time.Second), ahead.Add(2 * time.Second)} {
 		if rec, ok, err := store.Record(context.Background(), "j", at); err != nil || ok {
 			t.Errorf("slot %v, an hour ahead: record %+v (found %v, %v); want none", at.UTC(), rec, ok, err)
 		}

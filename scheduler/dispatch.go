@@ -198,18 +198,15 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 	}
 	for i := 0; len(r.backlog) > 0 && i < len(r.s.jobs); i++ { // last: slots to record missed, oldest first
 		j := r.s.jobs[i]
-		rest, ok := r.backlog[j]
+		b, ok := r.backlog[j]
 		if !ok {
 			continue
 		}
-		for len(rest) > 0 && len(batch) < maxBatch {
-			batch = append(batch, &pending{due: now, job: j, claim: r.claim(slot.ClaimMiss, j, rest[0])})
-			rest = rest[1:]
+		for len(b.slots) > 0 && len(batch) < maxBatch {
+			batch = append(batch, &pending{due: now, job: j, claim: r.missClaim(j, b)})
 		}
-		if len(rest) == 0 {
+		if len(b.slots) == 0 {
 			delete(r.backlog, j)
-		} else {
-			r.backlog[j] = rest
 		}
 	}
 	if len(batch) == 0 {
@@ -704,14 +701,19 @@ func (r *runner) takeover(j *jobState, t target) slot.Claim {
 	return c
 }
 
-// nextCatchup sends the next catch-up slot of j, if any: one at a time.
+// nextCatchup sends the next catch-up slot of j, if any, once the one in
+// flight has its answer: one at a time.
 func (r *runner) nextCatchup(now time.Time, j *jobState) {
 	rest := r.catchup[j]
+	if len(rest) > 0 {
+		rest = rest[1:] // the one in flight
+	}
+	r.s.catchups.set(j.Name, rest)
 	if len(rest) == 0 {
 		delete(r.catchup, j)
 		return
 	}
-	r.catchup[j] = rest[1:]
+	r.catchup[j] = rest
 	r.push(now, j, r.claim(slot.ClaimCatchup, j, rest[0]))
 }
 

@@ -41,9 +41,13 @@
 //     starts, the slots after the job's latest recorded slot that no replica
 //     ran (all were down) are recorded missed (none), or the latest of them
 //     runs and the rest are recorded missed (last), or each runs, oldest
-//     first, one at a time (all). Slots less than max_skew old are claimed
-//     live instead, since a lagging replica may be claiming them. A job's
-//     first deployment catches nothing up.
+//     first, one at a time (all), within catchup_window; the older ones
+//     are recorded missed, back to the retention (at most MaxCatchupSlots
+//     slots a job in all). Slots less than max_skew old are claimed live
+//     instead, since a lagging replica may be claiming them. A job's first
+//     deployment catches nothing up. A replica that stops mid catch-up
+//     records missed the slots it had not reached, but those a live peer
+//     holds in its own catch-up.
 //   - on_owner_lost: abandon (default) records the slot abandoned when its
 //     owner loses its lease (at most once); retry lets another replica take it
 //     over as the next attempt, with a larger fence, up to max_attempts (at

@@ -146,7 +146,8 @@ func buildVersion() string {
 func (s *Scheduler) me() slot.Replica {
 	offset, _ := s.Offset()
 	return slot.Replica{ID: s.cfg.replica, Instance: s.instance, Version: s.cfg.version, Started: s.started0,
-		Offset: offset, MaxSkew: s.cfg.maxSkew, Jobs: s.table.Jobs, Table: s.table.Table, Names: s.table.Names}
+		Offset: offset, MaxSkew: s.cfg.maxSkew, Jobs: s.table.Jobs, Table: s.table.Table, Names: s.table.Names,
+		Catchup: s.catchups.snapshot()}
 }
 
 // tableOf is a table as the heartbeat publishes it, computed once: its jobs'

@@ -1,7 +1,9 @@
 package scheduler
 
 import (
+	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/slotcron/slotcron/slot"
@@ -17,9 +19,18 @@ const MaxCatchupSlots = 200_000
 // start: the slots that every replica missed while all were down.
 type startupPlan struct {
 	run   []time.Time // catch-up claims, oldest first; run one at a time
-	miss  []time.Time // recorded missed
+	miss  []time.Time // recorded missed, oldest first: the first old of them are older than the catch-up window
+	old   int
 	check []time.Time // slots recorded running, and the latest recorded one: settle each if its owner died
 	live  time.Time   // the first slot claimed live
+
+	// Slots older than the window that get no record: over MaxCatchupSlots
+	// (the oldest), and those older than the retention less max_skew, whose
+	// record would have expired by now; expiredMore: more than expired
+	// (not counted further).
+	dropped, expired int
+	expiredMore      bool
+	expiredTo        time.Time // the latest slot that would have expired
 }
 
 // planStartup plans a job at start, from what the store knows of it. start
@@ -28,8 +39,14 @@ type startupPlan struct {
 // claimed live, because a replica whose
 // clock lags by up to maxSkew may be claiming them right now; older slots in
 // the catch-up window, after the latest recorded one, follow the catch-up
-// policy (a first deployment, with no record, catches nothing up). Every slot
-// still recorded running is checked, and settled by the job's policy if its
+// policy (a first deployment, with no record, catches nothing up). The
+// slots older than the window, after the latest recorded one, are recorded
+// missed, back to the retention plus maxSkew before start: an older slot's
+// record would have expired by now had it run, so a record would say no
+// more than its absence (and these could be millions). At most
+// MaxCatchupSlots slots of a job are run or recorded, the window's first:
+// the oldest of the others are dropped (counted). Every slot still
+// recorded running is checked, and settled by the job's policy if its
 // owner is gone, however old; so is the latest recorded slot.
 func planStartup(j Job, sched Schedule, st slot.JobState, start time.Time, maxSkew time.Duration) startupPlan {
 	liveFrom := start.Add(-maxSkew)
@@ -49,6 +66,10 @@ func planStartup(j Job, sched Schedule, st slot.JobState, start time.Time, maxSk
 	for s := sched.Next(from); !s.After(liveFrom) && !s.IsZero(); s = sched.Next(s) {
 		past = append(past, s) // at most MaxCatchupSlots: New checked the window
 	}
+	var old []time.Time
+	if last.Before(from) {
+		old = p.older(sched, last, from, start.Add(-j.Retention-maxSkew), MaxCatchupSlots-len(past))
+	}
 	switch {
 	case len(past) == 0:
 	case j.Catchup == CatchupAll:
@@ -59,7 +80,92 @@ func planStartup(j Job, sched Schedule, st slot.JobState, start time.Time, maxSk
 	default:
 		p.miss = past
 	}
+	if len(old) > 0 {
+		p.miss, p.old = append(old, p.miss...), len(old)
+	}
 	return p
+}
+
+// older returns the slots of sched in (last, windowFrom], oldest first,
+// that are after expiry: at most limit, the latest. It counts in p those
+// it drops over the limit, and those up to expiry. It keeps no more than
+// limit times at once, however many slots there are.
+func (p *startupPlan) older(sched Schedule, last, windowFrom, expiry time.Time, limit int) []time.Time {
+	from := last
+	if expiry.After(last) {
+		p.expired, p.expiredMore = countSlots(sched, last, expiry, maxCounted)
+		if p.expired > 0 {
+			p.expiredTo = expiry
+		}
+		from = expiry
+	}
+	keep := newest{n: max(limit, 0)}
+	for s := sched.Next(from); !s.After(windowFrom) && !s.IsZero(); s = sched.Next(s) {
+		keep.add(s)
+	}
+	p.dropped = keep.dropped
+	return keep.times()
+}
+
+// maxCounted bounds how many slots past the retention planStartup counts
+// for its log line, for a schedule it must step through one slot at a time
+// (about 60 ns a slot): a job silent for years would otherwise hold up the
+// start.
+const maxCounted = 10_000_000
+
+// countSlots counts the slots of sched in (after, until], up to limit; more
+// reports that there are more.
+func countSlots(sched Schedule, after, until time.Time, limit int) (n int, more bool) {
+	if e, ok := sched.(everySchedule); ok {
+		p := int64(e.period / time.Second)
+		c := floorDiv(until.Unix(), p) - floorDiv(after.Unix(), p)
+		return int(min(max(c, 0), int64(limit))), c > int64(limit)
+	}
+	for s := sched.Next(after); !s.IsZero() && !s.After(until); s = sched.Next(s) {
+		if n == limit {
+			return n, true
+		}
+		n++
+	}
+	return n, false
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// newest keeps the latest n times it is given, in a ring, and counts the
+// others.
+type newest struct {
+	buf     []time.Time
+	n, at   int // at: the oldest kept, once the ring is full
+	dropped int
+}
+
+func (k *newest) add(t time.Time) {
+	switch {
+	case k.n == 0:
+		k.dropped++
+	case len(k.buf) < k.n:
+		k.buf = append(k.buf, t)
+	default:
+		k.buf[k.at] = t
+		k.at = (k.at + 1) % k.n
+		k.dropped++
+	}
+}
+
+// times returns the kept times, oldest first.
+func (k *newest) times() []time.Time {
+	slices.Reverse(k.buf[:k.at])
+	slices.Reverse(k.buf[k.at:])
+	slices.Reverse(k.buf)
+	k.at = 0
+	return k.buf
 }
 
 // missReason is recorded with a slot that the catch-up policy does not run.
@@ -68,6 +174,11 @@ func missReason(c Catchup) string {
 		return "no replica was running at the slot; catchup: last ran a later slot"
 	}
 	return "no replica was running at the slot; catchup: none"
+}
+
+// oldReason is recorded with a slot older than the catch-up window.
+func oldReason(window time.Duration) string {
+	return fmt.Sprintf("no replica was running at the slot, older than the catch-up window (%v) when one started", window)
 }
 
 // claim returns the request for one slot of j.
@@ -98,4 +209,44 @@ func claim(kind slot.Kind, j Job, at time.Time, replica string) slot.Claim {
 		c.Reason = missReason(j.Catchup)
 	}
 	return c
+}
+
+// backlog is a job's slots to record missed at start, oldest first, sent
+// maxBatch at a time: the first old of them were older than the catch-up
+// window, and their records say so.
+type backlog struct {
+	slots []time.Time
+	old   int
+}
+
+// missClaim takes the first slot of b, and returns the claim that records
+// it missed, with its reason.
+func (r *runner) missClaim(j *jobState, b *backlog) slot.Claim {
+	c := r.claim(slot.ClaimMiss, j, b.slots[0])
+	if b.old > 0 {
+		c.Reason = oldReason(j.CatchupWindow)
+		b.old--
+	}
+	b.slots = b.slots[1:]
+	return c
+}
+
+// logUnrecorded says at WARN how many of a job's slots its plan leaves
+// with no record: those over MaxCatchupSlots, and those whose record would
+// have expired.
+func (r *runner) logUnrecorded(j *jobState, p startupPlan) {
+	if p.dropped == 0 && p.expired == 0 {
+		return
+	}
+	expired := strconv.Itoa(p.expired)
+	if p.expiredMore {
+		expired = "more than " + expired
+	}
+	attrs := []any{"slotcron.job", j.Name, "over_limit", p.dropped, "past_retention", expired}
+	if p.expired > 0 {
+		attrs = append(attrs, "past_retention_to", p.expiredTo.UTC().Format(time.RFC3339))
+	}
+	r.log.Warn(fmt.Sprintf("catching up: slots older than the catch-up window left with no record: %s older than the retention "+
+		"(%v) plus max_skew, whose record would have expired by now had they run, and %d over the %d slots a job's catch-up records",
+		expired, j.Retention, p.dropped, MaxCatchupSlots), attrs...)
 }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -45,8 +46,8 @@ func TestPlanStartup(t *testing.T) {
 			secs(base, 0), secs(base, -40, -30, -20, -10), secs(base, -50), base.Add(10 * time.Second)},
 		{"all runs each, oldest first", job(CatchupAll, time.Hour), base.Add(-50 * time.Second), 2 * time.Second,
 			secs(base, -40, -30, -20, -10, 0), nil, secs(base, -50), base.Add(10 * time.Second)},
-		{"the window bounds how far back", job(CatchupAll, 25*time.Second), base.Add(-50 * time.Second), 2 * time.Second,
-			secs(base, -10, 0), nil, nil, base.Add(10 * time.Second)},
+		{"the window bounds what runs; older slots are missed", job(CatchupAll, 25*time.Second), base.Add(-50 * time.Second), 2 * time.Second,
+			secs(base, -10, 0), secs(base, -40, -30, -20), nil, base.Add(10 * time.Second)},
 		{"slots within max_skew of the start are live", job(CatchupLast, time.Hour), base.Add(-50 * time.Second), 6 * time.Second,
 			secs(base, -10), secs(base, -40, -30, -20), secs(base, -50), base},
 		{"nothing missed", job(CatchupLast, time.Hour), base, 2 * time.Second,
@@ -62,6 +63,66 @@ func TestPlanStartup(t *testing.T) {
 				t.Fatalf("check %v live %v, want %v %v", p.check, p.live, tt.check, tt.live)
 			}
 		})
+	}
+}
+
+// TestPlanStartupOlderThanTheWindow: the slots after the job's last record
+// and older than the catch-up window are recorded missed, first in the
+// backlog (old counts them), back to the retention plus max_skew before the
+// start; with the window's, at most MaxCatchupSlots, the latest. What is
+// left out is counted, without a time held for each.
+func TestPlanStartupOlderThanTheWindow(t *testing.T) {
+	every, _ := ParseSchedule("@every 1s")
+	cron, _ := ParseSchedule("* * * * * *") // the same slots, stepped through one at a time
+	start := utc("2026-11-22T10:00:00.5Z")
+	tests := []struct {
+		name                     string
+		window, retention        time.Duration
+		down                     time.Duration // the last record, before start
+		old, dropped, expired    int
+		expiredMore              bool
+		firstMissed, firstWindow time.Time
+	}{
+		{"within the retention", time.Hour, 3 * time.Hour, 2 * time.Hour,
+			3600, 0, 0, false, start.Add(-2*time.Hour + 500*time.Millisecond), start.Add(-time.Hour + 500*time.Millisecond)},
+		// Slots up to start - retention - max_skew (2s) are not recorded.
+		{"past the retention", time.Hour, 3 * time.Hour, 5 * time.Hour,
+			2*3600 + 2, 0, 2*3600 - 2, false, start.Add(-3*time.Hour - 1500*time.Millisecond), start.Add(-time.Hour + 500*time.Millisecond)},
+		// The window holds 172,798 slots (the last 2 s are live): 27,202
+		// more fit, the latest of the 259,200 older ones.
+		{"over MaxCatchupSlots", 48 * time.Hour, 7 * 24 * time.Hour, 5 * 24 * time.Hour,
+			MaxCatchupSlots - 172_798, 259_200 - (MaxCatchupSlots - 172_798), 0, false,
+			start.Add(-48*time.Hour - (MaxCatchupSlots-172_798-1)*time.Second - 500*time.Millisecond), start.Add(-48*time.Hour + 500*time.Millisecond)},
+		{"silent for years", time.Hour, 3 * time.Hour, 5 * 365 * 24 * time.Hour,
+			2*3600 + 2, 0, maxCounted, true, start.Add(-3*time.Hour - 1500*time.Millisecond), start.Add(-time.Hour + 500*time.Millisecond)},
+	}
+	for _, tt := range tests {
+		for _, sched := range []Schedule{every, cron} {
+			name := fmt.Sprintf("%s/%T", tt.name, sched)
+			if _, ok := sched.(everySchedule); !ok && tt.expiredMore {
+				continue // 157 million slots, one at a time: the count stops at maxCounted, as tested with every
+			}
+			t.Run(name, func(t *testing.T) {
+				job := Job{Name: "j", Schedule: "@every 1s", Catchup: CatchupNone, CatchupWindow: tt.window, Retention: tt.retention}.WithDefaults(time.Second)
+				last := start.Add(-tt.down).Truncate(time.Second)
+				p := planStartup(job, sched, slot.JobState{Last: last}, start, 2*time.Second)
+				if p.old != tt.old || p.dropped != tt.dropped || p.expired != tt.expired || p.expiredMore != tt.expiredMore {
+					t.Fatalf("old %d dropped %d expired %d (more %v); want %d %d %d (%v)", p.old, p.dropped, p.expired, p.expiredMore,
+						tt.old, tt.dropped, tt.expired, tt.expiredMore)
+				}
+				if len(p.miss) < p.old+1 || !p.miss[0].Equal(tt.firstMissed) || !p.miss[p.old].Equal(tt.firstWindow) {
+					t.Fatalf("missed %d slots from %v, the window's from %v; want from %v and %v", len(p.miss), p.miss[0], p.miss[p.old], tt.firstMissed, tt.firstWindow)
+				}
+				for i := 1; i < len(p.miss); i++ {
+					if !p.miss[i].Equal(p.miss[i-1].Add(time.Second)) {
+						t.Fatalf("missed slot %d is %v, after %v", i, p.miss[i], p.miss[i-1])
+					}
+				}
+				if len(p.miss) > MaxCatchupSlots {
+					t.Fatalf("%d slots to record", len(p.miss))
+				}
+			})
+		}
 	}
 }
 

@@ -29,8 +29,8 @@ type runner struct {
 	tokens    uint64                    // claim tokens made so far
 	next      nextQueue                 // each job's next live slot
 	queue     pendingQueue              // retries, catch-ups, watches
-	backlog   map[*jobState][]time.Time // slots to record missed at start, sent maxBatch at a time
-	catchup   map[*jobState][]time.Time // catch-up slots after the one in flight
+	backlog   map[*jobState]*backlog    // slots to record missed at start, sent maxBatch at a time
+	catchup   map[*jobState][]time.Time // catch-up slots yet to run, oldest first: the first is in flight
 	watching  map[slotKey]bool
 	batches   aheadMeter        // how long claim batches took, for ahead
 	onTime    map[*jobState]int // jobs whose next slots are claimed at their time, and how many
@@ -84,7 +84,7 @@ func newRunner(s *Scheduler) *runner {
 		self:      s.cfg.replica,
 		tokenBase: newTokenBase(),
 		catchup:   map[*jobState][]time.Time{},
-		backlog:   map[*jobState][]time.Time{},
+		backlog:   map[*jobState]*backlog{},
 		watching:  map[slotKey]bool{},
 		onTime:    map[*jobState]int{},
 		runEnded:  make(chan runEnded),
@@ -105,20 +105,17 @@ func (r *runner) run(ctx context.Context) error {
 
 	err := r.register(ctx)
 	if err == nil && r.startup(ctx) {
-		bgWG.Add(2)
+		var hbWG sync.WaitGroup
+		bgWG.Add(1)
+		hbWG.Add(1)
 		go func() { defer bgWG.Done(); r.s.clockLoop(ctx) }()
-		go func() { defer bgWG.Done(); r.heartbeatLoop(ctx) }()
+		go func() { defer hbWG.Done(); r.heartbeatLoop(ctx) }()
 		r.s.looping.Store(true)
 		r.loop(ctx)
 		r.s.looping.Store(false)
 		close(r.s.loopDone)
-		r.flushMisses(context.WithoutCancel(ctx))
-		// No new claims from here: peers may stop preferring this replica.
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.cfg.claimTimeout)
-		if err := r.s.claimer.Leave(lctx, r.s.me()); err != nil {
-			r.log.Warn("cannot leave the registry; peers will count this replica live until its heartbeat is stale", "error", err)
-		}
-		cancel()
+		hbWG.Wait() // no heartbeat after the Leave: peers would count on this replica again
+		r.stop(context.WithoutCancel(ctx))
 	}
 	close(r.loopDone)
 	r.drain()
@@ -242,7 +239,12 @@ func afterLease(wait, ttl time.Duration) time.Duration {
 // clock, though: one still to come there (planned on a clock that was not
 // Redis's) is left to the replicas that claim it live. It takes at most
 // the claim timeout; what it cannot record is logged at ERROR.
-func (r *runner) flushMisses(ctx context.Context) {
+//
+// So are, for the same reason, the catch-up slots it had not run yet
+// (catchup all and last), the one whose claim is in flight included,
+// unless its run is here or one of peers holds it in its own catch-up
+// (carrier). Each answer counts in the claims metric.
+func (r *runner) flushMisses(ctx context.Context, peers []slot.Replica) {
 	var claims []slot.Claim
 	for _, q := range r.queue {
 		if q.p.claim.Kind == slot.ClaimMiss {
@@ -251,12 +253,33 @@ func (r *runner) flushMisses(ctx context.Context) {
 			claims = append(claims, c)
 		}
 	}
-	for j, rest := range r.backlog {
-		for _, at := range rest {
-			c := r.claim(slot.ClaimMiss, j, at)
-			c.Deadline = at
+	for j, b := range r.backlog {
+		for len(b.slots) > 0 {
+			c := r.missClaim(j, b)
+			c.Deadline = c.Slot
 			claims = append(claims, c)
 		}
+	}
+	policy := len(claims)
+	left, carriers := 0, map[string]bool{}
+	for j, rest := range r.catchup {
+		for _, at := range rest {
+			if r.runs.has(target{at: at}.key(j.Name)) { // its run records it
+				continue
+			}
+			if id := carrier(peers, j.Name, at); id != "" {
+				left++
+				carriers[id] = true
+				continue
+			}
+			c := r.claim(slot.ClaimMiss, j, at)
+			c.Deadline, c.Reason = at, stopReason(r.self)
+			claims = append(claims, c)
+		}
+	}
+	if left > 0 {
+		r.log.Info("stopping: leaving catch-up slots not reached to live peers that hold them in their own catch-up",
+			"slots", left, "peers", joinKeys(carriers))
 	}
 	if len(claims) == 0 {
 		return
@@ -268,7 +291,12 @@ func (r *runner) flushMisses(ctx context.Context) {
 	for i := 0; i < len(claims); i += maxBatch {
 		chunk := claims[i:min(i+maxBatch, len(claims))]
 		res, err := r.s.claimer.Claim(ctx, chunk)
-		for k := range chunk {
+		for k, c := range chunk {
+			outcome := outcomeError
+			if err == nil && res[k].Err == nil {
+				outcome = string(res[k].Outcome)
+			}
+			r.s.tel.claimed(r.s.tel.metricsOf(c.Job), outcome)
 			switch {
 			case err != nil:
 				failed, lastErr = failed+1, err
@@ -285,10 +313,15 @@ func (r *runner) flushMisses(ctx context.Context) {
 		r.log.Warn("stopping with slots that the catch-up policy left missed but that are still to come on Redis's clock: not recorded; "+
 			"the replicas claim them live at their time", "slots", ahead)
 	}
+	attrs := []any{"slots", len(claims), "left_by_the_policy", policy, "catchup_not_reached", len(claims) - policy, "recorded", recorded}
 	if failed > 0 {
-		r.log.Error("stopping with slots that the catch-up policy left missed and that are not recorded: they keep no record",
-			"slots", failed, "recorded", recorded, "error", lastErr)
+		r.log.Error("stopping with slots that the catch-up policy left missed, or that the catch-up had not reached, and that are not recorded: they keep no record",
+			append(attrs, "not_recorded", failed, "error", lastErr)...)
 		return
 	}
-	r.log.Info("stopping: recorded the slots that the catch-up policy left missed, without waiting for their misfire grace", "slots", recorded)
+	level := slog.LevelInfo
+	if len(claims) > policy {
+		level = slog.LevelWarn // slots the policy meant to run
+	}
+	r.log.Log(ctx, level, "stopping: recorded missed the slots that the catch-up policy left missed, or that the catch-up had not reached, without waiting for their misfire grace", attrs...)
 }

@@ -78,6 +78,7 @@ type Scheduler struct {
 	instance string       // random per New: tells this process from another with its ID
 	started0 time.Time    // when Run started
 	peers    peerView
+	catchups catchupView // what the heartbeat publishes of this replica's catch-up
 }
 
 // jobState is a job of the table, ready to run.

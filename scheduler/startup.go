@@ -78,10 +78,11 @@ func (r *runner) startup(ctx context.Context) bool {
 			r.push(start, j, r.takeover(j, t))
 		}
 		if len(p.miss) > 0 {
-			r.backlog[j] = p.miss // recorded after the live slots and the catch-up run, a batch at a time
+			r.backlog[j] = &backlog{slots: p.miss, old: p.old} // recorded after the live slots and the catch-up run, a batch at a time
 		}
 		if len(p.run) > 0 {
-			r.catchup[j] = p.run[1:]
+			r.catchup[j] = p.run // the first in flight
+			r.s.catchups.set(j.Name, p.run)
 			r.push(start, j, r.claim(slot.ClaimCatchup, j, p.run[0]))
 		}
 		if len(p.miss)+len(p.run) > 0 {
@@ -90,8 +91,9 @@ func (r *runner) startup(ctx context.Context) bool {
 				level = slog.LevelWarn
 			}
 			r.log.Log(context.Background(), level, "catching up", "slotcron.job", j.Name, "catchup", string(j.Catchup),
-				"run", len(p.run), "missed", len(p.miss), "since", states[j.Name].Last.UTC().Format(time.RFC3339))
+				"run", len(p.run), "missed", len(p.miss), "older_than_window", p.old, "since", states[j.Name].Last.UTC().Format(time.RFC3339))
 		}
+		r.logUnrecorded(j, p)
 	}
 	r.planOlder(start, r.s.jobs, states) // runs that replicas of an older protocol still finish
 	r.log.Info("scheduler started", "jobs", len(r.s.jobs))

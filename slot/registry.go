@@ -44,7 +44,24 @@ type Replica struct {
 	// Names are the table's job names, for the registry of deployments;
 	// not published in the replica's entry.
 	Names []string
+	// Catchup is, per job, the catch-up slots the replica has yet to run
+	// (from the one whose claim is in flight to the last), while it catches
+	// up: it claims each in turn, and records missed those it has not
+	// reached when it stops. A replica that stops counts on a live peer's
+	// range rather than record its own unreached slots in it. Nil when it
+	// catches nothing up, and in versions before the field.
+	Catchup map[string]CatchupRange
 }
+
+// CatchupRange is the first and the last of the catch-up slots of a job
+// that a replica has yet to run: the slots of the job's schedule between
+// them, both included.
+type CatchupRange struct {
+	From, To time.Time
+}
+
+// Holds reports whether at is within r.
+func (r CatchupRange) Holds(at time.Time) bool { return !at.Before(r.From) && !at.After(r.To) }
 
 // TableHash is the hash of a table given as its jobs' settings lines.
 func TableHash(jobs map[string]string) string {

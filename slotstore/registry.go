@@ -37,6 +37,9 @@ type replicaJSON struct {
 	MaxSkewNS int64             `json:"max_skew_ns,omitempty"`
 	Jobs      map[string]string `json:"jobs,omitempty"`
 	Table     string            `json:"table,omitempty"`
+	// Catchup is slot.Replica.Catchup: per job, the first and last slot
+	// still to catch up, unix ms; absent when it catches nothing up.
+	Catchup map[string][2]int64 `json:"catchup_ms,omitempty"`
 }
 
 // Heartbeat publishes me in the deployment's registry (<prefix>:replicas) and
@@ -53,8 +56,15 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 	if table == "" && me.Jobs != nil {
 		table = slot.TableHash(me.Jobs)
 	}
+	var catchup map[string][2]int64
+	if len(me.Catchup) > 0 {
+		catchup = make(map[string][2]int64, len(me.Catchup))
+		for job, r := range me.Catchup {
+			catchup[job] = [2]int64{r.From.UnixMilli(), r.To.UnixMilli()}
+		}
+	}
 	desc, err := json.Marshal(replicaJSON{Version: me.Version, Protocol: Protocol, Started: me.Started.UnixMilli(), OffsetNS: int64(me.Offset),
-		MaxSkewNS: int64(me.MaxSkew), Table: table})
+		MaxSkewNS: int64(me.MaxSkew), Table: table, Catchup: catchup})
 	if err != nil {
 		return slot.Registry{}, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
@@ -213,9 +223,16 @@ func parseReplica(id, v string) (slot.Replica, error) {
 	if protocol == 0 {
 		protocol = 1
 	}
+	var catchup map[string]slot.CatchupRange
+	if len(d.Catchup) > 0 {
+		catchup = make(map[string]slot.CatchupRange, len(d.Catchup))
+		for job, r := range d.Catchup {
+			catchup[job] = slot.CatchupRange{From: time.UnixMilli(r[0]), To: time.UnixMilli(r[1])}
+		}
+	}
 	return slot.Replica{ID: id, Instance: inst, Version: d.Version, Protocol: protocol, Started: time.UnixMilli(d.Started),
 		Seen: time.UnixMilli(seen), Offset: time.Duration(d.OffsetNS), MaxSkew: max(time.Duration(d.MaxSkewNS), 0),
-		Jobs: d.Jobs, Table: table(d)}, nil
+		Jobs: d.Jobs, Table: table(d), Catchup: catchup}, nil
 }
 
 func parseReplicas(fields []any) ([]slot.Replica, error) {

@@ -240,3 +240,39 @@ func TestHeartbeatMaxSkew(t *testing.T) {
 		}
 	}
 }
+
+// TestHeartbeatCatchup: the catch-up ranges a replica publishes come back
+// through Heartbeat and Registry, to the millisecond; a replica catching
+// nothing up publishes none (no field), and an entry without the field (an
+// older version's) reads as none.
+func TestHeartbeatCatchup(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	from, to := time.UnixMilli(1795549571000), time.UnixMilli(1795549671000)
+	busy := slot.Replica{ID: "busy", Instance: "b-1", Started: time.Now(), Table: "t",
+		Catchup: map[string]slot.CatchupRange{"report": {From: from, To: to}}}
+	if _, err := s.Heartbeat(ctx, busy, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	idle := slot.Replica{ID: "idle", Instance: "i-1", Started: time.Now(), Table: "t"}
+	reg, err := s.Heartbeat(ctx, idle, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entry := rdb.HGet(ctx, s.Prefix()+":replicas", "idle").Val(); strings.Contains(entry, "catchup") {
+		t.Errorf("idle's entry: %s; want no catch-up field", entry)
+	}
+	read, err := s.Registry(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, reg := range map[string]slot.Registry{"Heartbeat": reg, "Registry": read} {
+		got := map[string]map[string]slot.CatchupRange{}
+		for _, r := range reg.Replicas {
+			got[r.ID] = r.Catchup
+		}
+		if r := got["busy"]["report"]; len(got["busy"]) != 1 || !r.From.Equal(from) || !r.To.Equal(to) || got["idle"] != nil {
+			t.Errorf("%s: catch-up per replica %v; want busy's report %v..%v, none for idle", name, got, from, to)
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package scheduler
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slotcron/slotcron/slot"
+)
+
+// stop is what a replica does once its loop has returned, before it waits
+// for its runs: it leaves the registry, then records the slots that would
+// keep no record otherwise (flushMisses), but for the catch-up slots that
+// a live peer holds in its own catch-up, which that peer runs.
+//
+// It leaves first, and only then reads who is live, so that of two
+// replicas that stop at once, each able to count on the other, at least
+// the one that leaves last finds the other gone, and records what is left.
+// A replica that cannot leave, or read the registry, counts on no peer: a
+// peer stopping meanwhile might count on it.
+func (r *runner) stop(ctx context.Context) {
+	// No new claims from here: peers may stop preferring this replica.
+	lctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+	err := r.s.claimer.Leave(lctx, r.s.me())
+	cancel()
+	if err != nil {
+		r.log.Warn("cannot leave the registry; peers will count this replica live until its heartbeat is stale", "error", err)
+	}
+	var peers []slot.Replica
+	if err == nil && len(r.catchup) > 0 {
+		rctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+		reg, err := r.s.claimer.Registry(rctx, r.s.staleAfter())
+		cancel()
+		if err != nil {
+			r.log.Warn("cannot read which peers are live: recording missed every catch-up slot not reached", "error", err)
+		} else {
+			peers = catchupPeers(reg, r.self, r.s.table.Table, r.s.cfg.heartbeatEvery*3/2)
+		}
+	}
+	r.flushMisses(ctx, peers)
+}
+
+// catchupPeers returns the live peers of reg that run table and publish a
+// catch-up, and whose last heartbeat is at most fresh old: a peer last
+// seen longer ago than a heartbeat period (and a half, for the round trip)
+// may have died, and a dead peer runs nothing. A peer that started later than
+// this replica planned its catch-up from a later state, and holds only
+// later slots, if any: its ranges say which.
+func catchupPeers(reg slot.Registry, self, table string, fresh time.Duration) []slot.Replica {
+	var out []slot.Replica
+	for _, p := range reg.Replicas {
+		if p.ID != self && p.Table == table && len(p.Catchup) > 0 && reg.Now.Sub(p.Seen) <= fresh {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// carrier returns the ID of a peer whose catch-up holds job's slot at, or
+// "". Replicas of one table plan a job's catch-up as the same run of
+// slots, so a peer whose range holds at claims it in turn, or records it
+// missed as it stops.
+func carrier(peers []slot.Replica, job string, at time.Time) string {
+	for _, p := range peers {
+		if r, ok := p.Catchup[job]; ok && r.Holds(at) {
+			return p.ID
+		}
+	}
+	return ""
+}
+
+// catchupView is what this replica's heartbeat publishes of its catch-up
+// (slot.Replica.Catchup): per job, the first and last slot it has yet to
+// run. The loop writes it as its catch-up goes; heartbeats read it.
+type catchupView struct {
+	mu   sync.Mutex
+	jobs map[string]slot.CatchupRange
+}
+
+// set publishes rest, the job's catch-up slots yet to run, oldest first.
+func (v *catchupView) set(job string, rest []time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(rest) == 0 {
+		delete(v.jobs, job)
+		return
+	}
+	if v.jobs == nil {
+		v.jobs = map[string]slot.CatchupRange{}
+	}
+	v.jobs[job] = slot.CatchupRange{From: rest[0], To: rest[len(rest)-1]}
+}
+
+// snapshot returns what a heartbeat publishes: at most maxListedJobs jobs'
+// ranges (a peer counts on none of the others: it records their slots as
+// it stops), nil when none.
+func (v *catchupView) snapshot() map[string]slot.CatchupRange {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.jobs) == 0 {
+		return nil
+	}
+	if len(v.jobs) <= maxListedJobs {
+		return maps.Clone(v.jobs)
+	}
+	out := make(map[string]slot.CatchupRange, maxListedJobs)
+	for job, r := range v.jobs {
+		if len(out) == maxListedJobs {
+			break
+		}
+		out[job] = r
+	}
+	return out
+}
+
+// stopReason is recorded with a catch-up slot that this replica had not
+// reached when it stopped.
+func stopReason(replica string) string {
+	return "no replica was running at the slot; " + replica + " stopped before its catch-up reached it"
+}
+
+// joinKeys returns m's keys, sorted, joined by commas.
+func joinKeys(m map[string]bool) string {
+	return strings.Join(slices.Sorted(maps.Keys(m)), ",")
+}
