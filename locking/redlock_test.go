@@ -107,13 +107,16 @@ func TestRedlockFailsCleanlyWithThreeNodesStopped(t *testing.T) {
 }
 
 // TestRedlockPausedNodeBoundedByNodeTimeout: a frozen node holds up an
-// attempt for at most the node timeout. The node timeout is long next to a
-// loaded machine's delays (the answers of the live nodes, the scheduling of
-// the goroutine that counts them), so that an attempt that waited for the
-// frozen nodes is told apart from one that decided on the first quorum.
+// attempt for at most the node timeout. While a quorum is live, the node
+// timeout is long next to a loaded machine's delays (the answers of the
+// live nodes, the scheduling of the goroutine that counts them: on a 2-core
+// machine building images beside the tests, 500ms was once not enough, and
+// the attempt that failed for it was retried), so that an attempt that
+// waited for the frozen nodes is told apart from one that decided on the
+// first quorum.
 func TestRedlockPausedNodeBoundedByNodeTimeout(t *testing.T) {
-	const nodeTimeout = 500 * time.Millisecond
-	servers, clients, rl := fiveNodes(t, locking.WithNodeTimeout(nodeTimeout))
+	const quorumTimeout, nodeTimeout = 3 * time.Second, 500 * time.Millisecond
+	servers, clients, rl := fiveNodes(t, locking.WithNodeTimeout(quorumTimeout))
 	ctx := context.Background()
 	for _, paused := range []int{1, 2} {
 		for i := range paused {
@@ -128,11 +131,11 @@ func TestRedlockPausedNodeBoundedByNodeTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d paused: Obtain: %v", paused, err)
 		}
-		t.Logf("%d of 5 paused: acquired in %v (node timeout %v)", paused, took.Round(time.Microsecond), nodeTimeout)
+		t.Logf("%d of 5 paused: acquired in %v (node timeout %v)", paused, took.Round(time.Microsecond), quorumTimeout)
 		// An attempt that waits for the paused nodes ends on a timer of the
 		// node timeout, which never fires early: took would be at least that.
-		if took >= nodeTimeout {
-			t.Fatalf("%d paused: acquiring took %v, not less than the node timeout %v: it waited for the paused nodes", paused, took, nodeTimeout)
+		if took >= quorumTimeout {
+			t.Fatalf("%d paused: acquiring took %v, not less than the node timeout %v: it waited for the paused nodes", paused, took, quorumTimeout)
 		}
 		if n := holders(clients, "paused", l.Token()); n < rl.Quorum() {
 			t.Fatalf("only %d nodes hold the token", n)
@@ -174,7 +177,10 @@ func TestRedlockPausedNodeBoundedByNodeTimeout(t *testing.T) {
 // A's key. B can then take the key on those two, a minority, and must neither
 // get the lock nor leave its keys there.
 func TestRedlockMinorityCannotHold(t *testing.T) {
-	servers, clients, rl := fiveNodes(t, locking.WithRetries(1, 10*time.Millisecond))
+	// A node timeout far above a loaded machine's delays: with the default
+	// 50ms, a SET that a busy machine kept longer was cancelled, and A's key
+	// never reached all 5 nodes.
+	servers, clients, rl := fiveNodes(t, locking.WithRetries(1, 10*time.Millisecond), locking.WithNodeTimeout(2*time.Second))
 	ctx := context.Background()
 	a, err := rl.Obtain(ctx, "contested", 10*time.Second)
 	if err != nil {
