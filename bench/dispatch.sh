@@ -7,7 +7,7 @@
 # test -count runs each case's rounds in turn, so this runs -count 1, ROUNDS
 # times). Prints the median of each figure with its range, case by case.
 #
-#   bench/dispatch.sh             # 7 rounds, about 7 minutes
+#   bench/dispatch.sh             # 7 rounds, about 12 minutes
 #   ROUNDS=3 bench/dispatch.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
