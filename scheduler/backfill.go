@@ -18,18 +18,24 @@ import (
 // slot.
 type BackfillSlot struct {
 	Slot    time.Time    // a won manual slot's is its record's (Redis's clock); else the slot's as asked for
-	Outcome slot.Outcome // won: this process ran it; lost: it had a record; paused: recorded paused; skipped: recorded skipped
+	Outcome slot.Outcome // won: this process ran it; lost: it had a record (not missed); paused: recorded paused; skipped: recorded skipped
 	State   slot.State   // won: the state the run finished with ("running": left for a takeover); else the record's
 	Holder  string       // lost: the record's owner; skipped: the replica whose run holds the job
 	RunID   string       // won: the run's ID
 	Err     error        // the claim could not be made
 }
 
-// Backfill runs job for each of slots that has no record, oldest first, in
-// this process, through the same slot protocol as the scheduled slots: each
-// is claimed (as a catch-up slot: it waits while a run holds the job, and has
-// no misfire deadline), fenced, traced and recorded, and runs at most once
-// across every replica. A slot that has a record is left alone. At most
+// Backfill runs job for each of slots that never started, oldest first, in
+// this process: each slot that has no record, or is recorded missed (a
+// missed record is only written where no claim had won the slot, as when
+// replicas that start after an outage record the slots older than the
+// catch-up window). It runs them through the same slot protocol as the
+// scheduled slots: each is claimed (as a catch-up slot: it waits while a run
+// holds the job, and has no misfire deadline; and it may win over a missed
+// record, slot.Claim.OverMissed, which then becomes the run's record),
+// fenced, traced and recorded, and runs at most once across every replica
+// and every concurrent backfill. A slot with any other record (running,
+// done, failed, abandoned, skipped, paused) is left alone: lost. At most
 // parallel run at once (a job with overlap: skip runs one at a time anyway).
 // It returns when every slot has been dealt with, or ctx ends. A Scheduler
 // either Runs, Backfills or RunManuals, once.
@@ -84,6 +90,8 @@ func (s *Scheduler) Backfill(ctx context.Context, job string, slots []time.Time,
 		// Redis refuses it, recording nothing, should the slot be in its
 		// future or past the retention less this when it is claimed.
 		c.MaxEarly = s.cfg.maxSkew
+		// A slot recorded missed never started: a backfill runs it.
+		c.OverMissed = true
 		return c
 	})
 	for i := range out {

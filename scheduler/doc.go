@@ -47,7 +47,8 @@
 //     instead, since a lagging replica may be claiming them. A job's first
 //     deployment catches nothing up. A replica that stops mid catch-up
 //     records missed the slots it had not reached, but those a live peer
-//     holds in its own catch-up.
+//     holds in its own catch-up. Backfill runs, once, the slots of a range
+//     that never started: those with no record, and those recorded missed.
 //   - on_owner_lost: abandon (default) records the slot abandoned when its
 //     owner loses its lease (at most once); retry lets another replica take it
 //     over as the next attempt, with a larger fence, up to max_attempts (at

@@ -97,6 +97,18 @@ type Claim struct {
 	Reason      string // ClaimLive and ClaimMiss: why a missed slot was missed
 	Retry       bool   // ClaimTakeover: on_owner_lost is retry
 	MaxAttempts int    // ClaimTakeover: the attempt limit
+	// OverMissed, for ClaimCatchup only, with a MaxEarly (a backfill's
+	// claim): a slot recorded missed is claimed as if it had no record. The
+	// store moves its record from missed to running, atomically, as for a
+	// fresh win (fence, lease, run ID), and the slot's record then says how
+	// its run ended. A missed record is only written where no claim had won
+	// the slot, so none of its runs ever started; within the retention less
+	// MaxEarly, no record of a run can have expired before it was written.
+	// Every other record (running, done, failed, abandoned, skipped,
+	// paused) still answers lost, as does a missed one to any claim without
+	// this. A store that does not know it answers lost to a missed record,
+	// which is safe: the slot stays missed.
+	OverMissed bool
 	// Token is the token the run's lease gets if the claim wins. A claim sent
 	// again because its reply was lost must carry the same token: the store
 	// then recognises it as the same claim and answers won again, instead of

@@ -16,7 +16,9 @@
 //     missed; while another run holds the job (overlap skip) it is recorded
 //     skipped.
 //   - ClaimCatchup: a slot that every replica missed; a run in progress
-//     answers OutcomeBusy instead of recording skipped.
+//     answers OutcomeBusy instead of recording skipped. A backfill's
+//     (Claim.OverMissed) also wins a slot recorded missed: no run of it
+//     ever started.
 //   - ClaimMiss: record the slot missed, with a reason, unless it has a record.
 //   - ClaimTakeover: settle a running slot whose owner may be gone: run it as
 //     the next attempt, or record it abandoned.
@@ -27,7 +29,9 @@
 // # Records
 //
 // Every slot ends with a Record in one of the final States. A record outlives
-// its run (the job's retention), so that a finished slot stays closed.
+// its run (the job's retention), so that a finished slot stays closed. Only
+// a missed record, which no run ever followed, can give way: to a
+// backfill's claim (Claim.OverMissed), and then to a run's record.
 //
 // # Leases
 //

@@ -32,6 +32,9 @@ func (s *Store) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, 
 		if err := checkManual(c); err != nil {
 			return nil, fmt.Errorf("slotstore: Claim %d (%s): %w", i, c.Job, err)
 		}
+		if err := checkOverMissed(c); err != nil {
+			return nil, fmt.Errorf("slotstore: Claim %d (%s): %w", i, c.Job, err)
+		}
 	}
 	tokens, runIDs := make([]string, len(claims)), make([]string, len(claims))
 	var (
@@ -91,6 +94,24 @@ func checkManual(c slot.Claim) error {
 	return slot.CheckManualID(c.Manual.ID)
 }
 
+// checkOverMissed checks that only a backfill's claim wins over a missed
+// record: a catch-up claim of a scheduled slot, with the MaxEarly that
+// bounds it within the retention (past it, a run's record may have expired
+// before the slot was recorded missed).
+func checkOverMissed(c slot.Claim) error {
+	switch {
+	case !c.OverMissed:
+		return nil
+	case c.Kind != slot.ClaimCatchup:
+		return fmt.Errorf("a %s claim cannot be OverMissed: only a catch-up claim (a backfill's) can", c.Kind)
+	case c.MaxEarly <= 0:
+		return errors.New("an OverMissed claim needs a MaxEarly: past the retention less it, a missed record no longer proves that the slot never ran")
+	case c.Manual != nil:
+		return errors.New("an OverMissed claim cannot be for a manual slot")
+	}
+	return nil
+}
+
 // claimModes are claim.lua's ARGV mode for each kind of claim.
 var claimModes = [...]string{slot.ClaimLive: "live", slot.ClaimCatchup: "wait", slot.ClaimMiss: "miss", slot.ClaimExpire: "expire", slot.ClaimManual: "manual"}
 
@@ -103,6 +124,7 @@ type claimProfile struct {
 	early          int64
 	by, note       string // a manual slot's
 	peek           bool   // read the record first (Claim.Contested)
+	overMissed     bool   // win over a missed record (Claim.OverMissed)
 }
 
 // claimCall is one claim.lua call for the claims at indexes g. It sets
@@ -119,7 +141,8 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 		ref, record := s.target(c)
 		keys = append(keys, record, s.stateKey(c.Job), s.ringKey(c.Job))
 		p := claimProfile{ttl: c.LeaseTTL.Milliseconds(), retention: c.Retention.Milliseconds(),
-			overlap: "skip", mode: claimModes[c.Kind], reason: c.Reason, early: c.MaxEarly.Milliseconds(), peek: c.Contested}
+			overlap: "skip", mode: claimModes[c.Kind], reason: c.Reason, early: c.MaxEarly.Milliseconds(), peek: c.Contested,
+			overMissed: c.OverMissed}
 		if c.Manual != nil {
 			p.by, p.note = c.Manual.By, c.Manual.Note
 		}
@@ -140,7 +163,7 @@ func (s *Store) claimCall(claims []slot.Claim, tokens, runIDs []string, g []int)
 		if !ok {
 			pi = len(index) + 1
 			index[p] = pi
-			profiles = append(profiles, p.ttl, p.retention, p.overlap, p.mode, p.reason, p.early, p.by, p.note, p.peek)
+			profiles = append(profiles, p.ttl, p.retention, p.overlap, p.mode, p.reason, p.early, p.by, p.note, p.peek, p.overMissed)
 		}
 		tokens[i] = c.Token
 		if tokens[i] == "" {

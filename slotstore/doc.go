@@ -38,7 +38,10 @@
 // comparing each token inside the script. Finish records how runs ended and
 // frees their leases, in three commands while the run's lease holds; it never
 // deletes a record. A takeover (slot.ClaimTakeover) settles a running slot
-// whose owner lost its lease, by policy.
+// whose owner lost its lease, by policy. A backfill's catch-up claim
+// (slot.Claim.OverMissed) wins a slot recorded missed as if it had no record,
+// in the same script call, so it runs at most once: its record becomes the
+// run's. Every other claim loses to a missed record.
 //
 // Every time that decides anything (a deadline, a record's stamps) is Redis's
 // TIME, read inside the scripts. Scripts are sent with EVALSHA, and again with

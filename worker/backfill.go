@@ -24,7 +24,8 @@ type backfillArgs struct {
 }
 
 // backfill runs job, in this process, for each of its slots within
-// [from, to] that has no record, oldest first; see scheduler.Backfill.
+// [from, to] that never started (no record, or recorded missed), oldest
+// first; see scheduler.Backfill.
 func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *jobs.Registry, job string, a backfillArgs, out, stderr io.Writer) int {
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(stderr, "worker backfill: "+format+"\n", args...)
@@ -104,23 +105,36 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 	} else if len(reg.Replicas) == 0 && !a.dryRun {
 		return fail("no replica is live: start the workers first (they record the slots they missed as their catch-up policy says), then backfill what is left")
 	}
+	// The slots that never started: those with no record, and those
+	// recorded missed (only where no claim had won the slot: after an
+	// outage longer than the catch-up window, the replicas that start again
+	// record its slots so). Any other record leaves its slot alone.
 	var gaps []time.Time
+	missed := 0
 	for _, at := range slots {
 		rec, ok, err := store.Record(ctx, job, at)
 		if err != nil {
 			fmt.Fprintf(stderr, "worker backfill: %v\n", err)
 			return 1
 		}
-		if !ok {
+		var line string
+		switch {
+		case !ok:
 			gaps = append(gaps, at)
-			if a.dryRun {
-				fmt.Fprintf(out, "%s  would run\n", at.UTC().Format(time.RFC3339))
-			}
-		} else if a.dryRun {
-			fmt.Fprintf(out, "%s  left alone: %s by %s\n", at.UTC().Format(time.RFC3339), rec.State, rec.Owner)
+			line = "would run"
+		case rec.State == slot.StateMissed:
+			gaps = append(gaps, at)
+			missed++
+			line = "would run (recorded missed by " + rec.Owner + ")"
+		default:
+			line = fmt.Sprintf("left alone: %s by %s", rec.State, rec.Owner)
+		}
+		if a.dryRun {
+			fmt.Fprintf(out, "%s  %s\n", at.UTC().Format(time.RFC3339), line)
 		}
 	}
-	fmt.Fprintf(out, "backfill %s: %d slots of %q in [%s, %s], %d without a record\n", job, len(slots), jc.Schedule, a.from, a.to, len(gaps))
+	fmt.Fprintf(out, "backfill %s: %d slots of %q in [%s, %s], %d to run (%d without a record, %d recorded missed)\n",
+		job, len(slots), jc.Schedule, a.from, a.to, len(gaps), len(gaps)-missed, missed)
 	if a.dryRun || len(gaps) == 0 {
 		return 0
 	}
@@ -147,7 +161,7 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 			line += "not reached"
 		case r.Outcome == slot.OutcomePaused:
 			line += "recorded paused: the job was paused meanwhile"
-		default: // a replica recorded it meanwhile
+		default: // a replica, or another backfill, ran it or recorded it otherwise meanwhile
 			line += fmt.Sprintf("left alone: %s (%s by %s)", r.Outcome, r.State, r.Holder)
 		}
 		fmt.Fprintln(out, line)

@@ -21,10 +21,15 @@ import (
 )
 
 // TestBackfillFillsExactlyTheGaps: a job's past 10 slots, 3 of which have a
-// record (done, failed, missed). Two workers run the table meanwhile, and two
-// operators backfill the same range at once, one with -parallel 3: each of
-// the 7 gaps runs exactly once, the 3 slots with a record are left alone,
-// and -dry-run before says exactly that.
+// record (done, failed, missed); the slot recorded missed never started, and
+// the 7 others have no record. Two workers start: the slots after the
+// latest record (+8, +9), older than the catch-up window, they record
+// missed. Two operators then backfill the same range at once, one with
+// -parallel 3, beside the workers: each of the 8 slots that never started
+// (the 5 gaps, and the 3 recorded missed, by an earlier replica or by the
+// workers) runs exactly once and ends done; the done and failed slots are
+// left alone; and -dry-run, before the workers start and once they have,
+// says exactly that. (Before, a backfill ran no slot recorded missed.)
 func TestBackfillFillsExactlyTheGaps(t *testing.T) {
 	srv := redistest.StartOwned(t)
 	rdb := srv.Client()
@@ -73,22 +78,37 @@ jobs:
 	}
 	rng := []string{"-from", from.UTC().Format(time.RFC3339), "-to", to.UTC().Format(time.RFC3339)}
 
-	code, out, errs := cmd(append([]string{"backfill", "tick", "-dry-run"}, rng...)...)
-	if code != 0 {
-		t.Fatalf("dry run: exit %d: %s", code, errs)
-	}
-	for i := int64(0); i < 10; i++ {
-		want := fmt.Sprintf("%s  would run", from.Add(time.Duration(i)*time.Second).UTC().Format(time.RFC3339))
-		if st, ok := recorded[i]; ok {
-			want = fmt.Sprintf("%s  left alone: %s by earlier", from.Add(time.Duration(i)*time.Second).UTC().Format(time.RFC3339), st)
+	// dryRun checks what -dry-run says of each slot, given who recorded
+	// each slot recorded missed, and its summary.
+	dryRun := func(missedBy map[int64]string, summary string) {
+		t.Helper()
+		code, out, errs := cmd(append([]string{"backfill", "tick", "-dry-run"}, rng...)...)
+		if code != 0 {
+			t.Fatalf("dry run: exit %d: %s", code, errs)
 		}
-		if !strings.Contains(out, want+"\n") {
-			t.Errorf("dry run lacks %q:\n%s", want, out)
+		for i := int64(0); i < 10; i++ {
+			at := from.Add(time.Duration(i) * time.Second).UTC().Format(time.RFC3339)
+			want := at + "  would run"
+			if by, ok := missedBy[i]; ok {
+				want = fmt.Sprintf("%s  would run (recorded missed by %s)", at, by)
+			} else if st, ok := recorded[i]; ok {
+				want = fmt.Sprintf("%s  left alone: %s by earlier", at, st)
+			}
+			if !strings.Contains(out, want+"\n") {
+				t.Errorf("dry run lacks %q:\n%s", want, out)
+			}
+		}
+		if !strings.Contains(out, "10 slots of \"@every 1s\"") || !strings.Contains(out, summary+"\n") {
+			t.Fatalf("dry run, want %q:\n%s", summary, out)
+		}
+		// (The workers run the job's live slots meanwhile: none of these.)
+		for _, s := range rdb.LRange(ctx, "bf:ran", 0, -1).Val() {
+			if n, _ := strconv.ParseInt(s, 10, 64); n >= from.Unix() && n <= to.Unix() {
+				t.Fatalf("slot %s of the range ran in a dry run", s)
+			}
 		}
 	}
-	if !strings.Contains(out, "10 slots of \"@every 1s\"") || !strings.Contains(out, "7 without a record") || rdb.Exists(ctx, "bf:ran").Val() != 0 {
-		t.Fatalf("dry run:\n%s", out)
-	}
+	dryRun(map[int64]string{7: "earlier"}, "8 to run (7 without a record, 1 recorded missed)")
 
 	// Refused, and nothing recorded: with no replica live (the outage's
 	// slots are not recorded yet); a range older than the retention (records
@@ -104,8 +124,25 @@ jobs:
 	refused("is in the future on Redis's clock", "-from", from.UTC().Format(time.RFC3339), "-to", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 	refused("older than the job's retention (24h0m0s) allows on Redis's clock", "-from", time.Now().Add(-25*time.Hour).UTC().Format(time.RFC3339), "-to", to.UTC().Format(time.RFC3339))
 
-	// Two workers run the table; two backfills race over the range.
+	// Two workers run the table. The slots after the latest record (+7),
+	// older than the catch-up window, they record missed; two backfills
+	// then race over the range.
 	stop := startWorkers(t, path, register, "w0", "w1")
+	missedBy := map[int64]string{7: "earlier"}
+	for _, i := range []int64{8, 9} {
+		waitFor(t, 30*time.Second, func() bool {
+			rec, ok, err := store.Record(ctx, "tick", from.Add(time.Duration(i)*time.Second))
+			if err != nil || !ok {
+				return false
+			}
+			if rec.State != slot.StateMissed || (rec.Owner != "w0" && rec.Owner != "w1") || !strings.Contains(rec.Error, "older than the catch-up window") {
+				t.Fatalf("slot +%d once the workers started: %+v; want recorded missed by one of them, older than the catch-up window", i, rec)
+			}
+			missedBy[i] = rec.Owner
+			return true
+		})
+	}
+	dryRun(missedBy, "8 to run (5 without a record, 3 recorded missed)")
 	if _, _, err := store.Pause(ctx, "tick", "maintenance", "ops@host"); err != nil {
 		t.Fatal(err)
 	}
@@ -137,16 +174,16 @@ jobs:
 		at := from.Add(time.Duration(i) * time.Second)
 		n := ran[strconv.FormatInt(at.Unix(), 10)]
 		rec, _, _ := store.Record(ctx, "tick", at)
-		if st, ok := recorded[i]; ok {
+		if st, ok := recorded[i]; ok && st != slot.StateMissed {
 			if n != 0 || rec.State != st || rec.Owner != "earlier" {
 				t.Errorf("slot +%d had a record: ran %d times, record %+v", i, n, rec)
 			}
-		} else if n != 1 || rec.State != slot.StateDone || !strings.HasPrefix(rec.Owner, "backfill-") {
-			t.Errorf("gap +%d: ran %d times, record %+v", i, n, rec)
+		} else if n != 1 || rec.State != slot.StateDone || !strings.HasPrefix(rec.Owner, "backfill-") || rec.Attempt != 1 {
+			t.Errorf("slot +%d never started (recorded missed by %q): ran %d times, record %+v; want run once, done by a backfill", i, missedBy[i], n, rec)
 		}
 	}
-	// Between them, the two backfills ran each gap once. (The one that read
-	// the records later may have found fewer gaps: "ran 0 of 4".)
+	// Between them, the two backfills ran each of the 8 slots once. (The
+	// one that claimed later may have found them run: "ran 0 of 8".)
 	total := 0
 	for _, out := range outs {
 		for _, m := range regexp.MustCompile(`ran (\d+) of \d+`).FindAllStringSubmatch(out, -1) {
@@ -154,8 +191,8 @@ jobs:
 			total += n
 		}
 	}
-	if total != 7 {
-		t.Fatalf("the backfills ran %d slots between them, want 7:\n%s\n%s", total, outs[0], outs[1])
+	if total != 8 {
+		t.Fatalf("the backfills ran %d slots between them, want 8:\n%s\n%s", total, outs[0], outs[1])
 	}
 }
 

@@ -57,7 +57,7 @@ Commands:
   status    print the live replicas, and each job's pause, lease holder and last 10 slot records
   pause     pause a job on every replica: worker pause JOB [-note TEXT]; its slots are recorded paused
   resume    end a job's pause: worker resume JOB
-  backfill  run a job's past slots that have no record, oldest first, in this process:
+  backfill  run, in this process, a job's past slots that never started (no record, or recorded missed):
             worker backfill JOB -from T -to T [-dry-run] [-parallel N] (T: 2026-11-22T12:00:00Z)
   trigger   run a job now, once, in this process, as a manual slot of its own:
             worker trigger JOB [-note TEXT] [-key IDEMPOTENCY_KEY]; the same key never runs twice
@@ -85,7 +85,7 @@ of a slot that did not run or failed (paused, skipped...), so trigger with anoth
 //	worker pause JOB [-note T]  pause a job on every replica (its slots are recorded paused)
 //	worker resume JOB           end a job's pause
 //	worker backfill JOB -from T -to T [-dry-run] [-parallel N]
-//	                            run the slots in [T, T] that have no record
+//	                            run the slots in [T, T] that never started (no record, or recorded missed)
 //	worker help                 list the commands
 func Main(register Registrar) {
 	redis.SetLogger(goRedisLog)

@@ -13,8 +13,8 @@
 --       paused has ended)
 -- ARGV[1]  the replica ID
 -- ARGV[2]  the number of profiles, P
--- ARGV     then 9 per profile (what claims of one job share), profile p
---          from ARGV[2+9*(p-1)+1]:
+-- ARGV     then 10 per profile (what claims of one job share), profile p
+--          from ARGV[2+10*(p-1)+1]:
 --   +1  the lease TTL, ms
 --   +2  the record's retention, ms
 --   +3  "skip": a run of the job in progress blocks the slot (the job's
@@ -42,7 +42,12 @@
 --       other replicas claim the slot at the same instant), so that a claim
 --       that finds another's record costs one read; "0": read it only when
 --       a write finds it. The answer is the same either way.
--- ARGV     then 5 per claim, claim i from ARGV[2+9*P+5*(i-1)+1]:
+--   +10 mode "wait" with an early limit (a backfill): "1": a slot recorded
+--       missed is claimed as if it had no record, its record becoming the
+--       run's (a missed record is written only where no claim had won the
+--       slot: no run of it ever started); "0": a missed record is a record
+--       like any other. Every other record answers lost either way
+-- ARGV     then 5 per claim, claim i from ARGV[2+10*P+5*(i-1)+1]:
 --   +1  the slot's ref: unix seconds, or for a manual slot "m:<id>"
 --   +2  the deadline: the latest start, ms on Redis's clock (mode "live")
 --   +3  the claim's profile, 1..P
@@ -59,7 +64,8 @@
 --                                                started: ms, the record's)
 --   {"lost", owner, state, fence, attempt}       the slot has a record (owner is this
 --                                                replica for a retried claim whose run
---                                                lost the job's lease meanwhile)
+--                                                lost the job's lease meanwhile); for a
+--                                                backfill's claim (+10), one not missed
 --   {"skipped", holder, holder_slot, pttl}       recorded: the run of holder_slot holds the lease,
 --                                                or a retry of holder_slot has the job's turn
 --                                                (record_lib.lua; holder: the replica that
@@ -129,6 +135,12 @@ local function lost(r)
   return {'lost', r.owner, r.state, tonumber(r.fence) or 0, tonumber(r.attempt) or 0}
 end
 
+-- stands reports whether the record r stands in the way of a claim: every
+-- record does, but a missed one for a backfill's claim (over_missed).
+local function stands(r, over_missed)
+  return not (over_missed and r.state == 'missed')
+end
+
 -- lease is the value of a won lease: the run's token, its slot's ref, its
 -- end (until_s: ms on Redis's clock, formatted once per profile) and owner.
 local function lease(token, ref, until_s)
@@ -167,13 +179,18 @@ local function close(rec, st, ring, j, ref, manual, at, retention, state, why, b
 end
 
 local function claim(rec, st, ring, ref, deadline, p, token, tail)
-  local retention, skip, mode, reason, early, by, note, until_s = p[2], p[3] == 'skip', p[4], p[5], p[6], p[7], p[8], p[10]
+  local retention, skip, mode, reason, early, by, note, until_s = p[2], p[3] == 'skip', p[4], p[5], p[6], p[7], p[8], p[11]
+  -- (Claim in Go allows it only with mode "wait" and an early limit, for a
+  -- scheduled slot: checked again here, so that no other claim ever wins
+  -- over a missed record.)
+  local over_missed = p[10] == '1' and mode == 'wait' and tonumber(early) > 0 and string.sub(ref, 1, 2) ~= 'm:'
   if p[9] == '1' then
     -- Every path below answers lost to a record that is not this claim's
-    -- own, and reads the record before it writes anything: reading it first
-    -- answers the same, and spares the state's read and the record's write.
+    -- own, and stands in its way, and reads the record before it writes
+    -- anything: reading it first answers the same, and spares the state's
+    -- read and the record's write.
     local r = peek(rec)
-    if r and not mine(r, token) then
+    if r and not mine(r, token) and stands(r, over_missed) then
       return lost(r)
     end
   end
@@ -213,7 +230,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   local old = bounded and mode == 'wait' and late > tonumber(retention) - limit
   if mode == 'expire' or (bounded and -late > limit) or old then
     local r = peek(rec)
-    if r then
+    if r and stands(r, over_missed) then
       return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     if mode == 'expire' then
@@ -244,7 +261,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   end
   if skip and ltok and ltok ~= token and luntil > now then -- a run holds the job
     local r = peek(rec) -- the slot may be that run's, or another's that ran already
-    if r then
+    if r and stands(r, over_missed) then
       return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     if mode == 'wait' or mode == 'ahead' or (mode == 'live' and late < 0) then
@@ -278,7 +295,22 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   if manual then
     at_s = now_s
   end
-  local r = create(rec, 'running ' .. fs .. ' 1 ' .. started_s .. ' 0 ' .. at_s .. ' ' .. tail, retention)
+  local content = 'running ' .. fs .. ' 1 ' .. started_s .. ' 0 ' .. at_s .. ' ' .. tail
+  local r
+  if over_missed then
+    r = peek(rec)
+    if r and not stands(r, over_missed) then
+      -- Missed: no run of the slot ever started. Its record becomes this
+      -- run's (a protocol-1 hash is replaced too); the job's state already
+      -- counts it in its last and ends.
+      redis.call('SET', rec, content, 'PX', retention)
+      r = nil
+    elseif not r then
+      r = create(rec, content, retention)
+    end
+  else
+    r = create(rec, content, retention)
+  end
   if r then
     return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
   end
@@ -293,12 +325,12 @@ end
 
 local profiles, np = {}, tonumber(ARGV[2])
 for p = 1, np do
-  local a = 2 + 9 * (p - 1)
-  -- [10]: a won lease's end, "<until_ms>", formatted once per profile
+  local a = 2 + 10 * (p - 1)
+  -- [11]: a won lease's end, "<until_ms>", formatted once per profile
   profiles[p] = {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9],
-    tostring(now + tonumber(ARGV[a + 1]))}
+    ARGV[a + 10], tostring(now + tonumber(ARGV[a + 1]))}
 end
-local out, first = {}, 2 + 9 * np
+local out, first = {}, 2 + 10 * np
 for i = 1, #KEYS / 3 do
   local a = first + 5 * (i - 1)
   out[i] = claim(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[a + 1], ARGV[a + 2], profiles[tonumber(ARGV[a + 3])], ARGV[a + 4], ARGV[a + 5])
