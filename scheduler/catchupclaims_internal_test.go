@@ -96,6 +96,7 @@ func TestAnOldCatchupClaimStillRuns(t *testing.T) {
 
 	j := r.s.jobs[0]
 	now := r.clock.Now()
+	r.planned = now // planned just now: a record written since has not expired
 	old := now.Add(-59 * time.Second).Truncate(time.Second) // older than the retention (1m) less max_skew (1s)
 	p := &pending{due: now, job: j, claim: r.claim(slot.ClaimCatchup, j, old)}
 	r.send(context.Background(), []*pending{p})
@@ -110,6 +111,69 @@ func TestAnOldCatchupClaimStillRuns(t *testing.T) {
 	rec, ok, err := store.Record(context.Background(), "j", old)
 	if err != nil || !ok || rec.Owner != "r1" || rec.State != slot.StateDone {
 		t.Errorf("slot %v, claimed again without MaxEarly: record %+v (found %v, %v); want done by r1", old.UTC(), rec, ok, err)
+	}
+}
+
+// TestAStaleCatchupClaimDoesNotRunASlotTwice: a replica's catch-up is
+// planned once, as it starts, from slots that had no record then. Should
+// its catch-up reach a slot only a retention later (its clock was off and
+// its catch-up claims waited; replicas of an older protocol barred it), a
+// peer may have run that slot meanwhile, and its record expired: Redis
+// answers old, and the claim must not be sent again without the bound. It
+// is dropped, at ERROR and counted (past_retention), and the catch-up goes
+// on. Before, it was sent again unbounded and won: the slot ran twice.
+// (Wall time: Redis expires the peer's record on its own clock.)
+func TestAStaleCatchupClaimDoesNotRunASlotTwice(t *testing.T) {
+	job := Job{Name: "j", Schedule: "@every 1s", Catchup: CatchupAll, Retention: 3 * time.Second,
+		CatchupWindow: 2 * time.Second, MisfireGrace: time.Second, LeaseTTL: 200 * time.Millisecond}
+	r, store := storeRunner(t, job)
+	bg, stop := context.WithCancel(context.Background())
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() { defer loops.Done(); r.renew.loop(bg) }()
+	go func() { defer loops.Done(); r.finisher.loop(bg) }()
+	defer func() { stop(); loops.Wait() }()
+	close(r.loopDone)
+	j := r.s.jobs[0]
+	r.planned = r.clock.Now()
+	x := r.planned.Add(-time.Second).Truncate(time.Second)
+	r.catchup[j] = []time.Time{x} // planned at start: x had no record
+
+	// A peer runs x (its catch-up claim wins) and ends; its record outlives
+	// the run by the retention, 3s.
+	peer := claim(slot.ClaimCatchup, j.Job, x, "r2")
+	peer.MaxEarly = time.Second
+	res, err := store.Claim(context.Background(), []slot.Claim{peer})
+	if err != nil || res[0].Outcome != slot.OutcomeWon {
+		t.Fatalf("peer's claim: %+v, %v", res, err)
+	}
+	if errs := store.Finish(context.Background(), []slot.FinishRequest{{Lease: res[0].Lease, State: slot.StateDone}}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	for {
+		_, ok, err := store.Record(context.Background(), "j", x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break // expired
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	p := &pending{due: r.clock.Now(), job: j, claim: r.claim(slot.ClaimCatchup, j, x)}
+	r.send(context.Background(), []*pending{p})
+	for r.queue.Len() > 0 {
+		if q := heap.Pop(&r.queue).(*pending); q.claim.Kind == slot.ClaimCatchup {
+			r.send(context.Background(), []*pending{q})
+		}
+	}
+	r.jobsWG.Wait()
+	if rec, ok, err := store.Record(context.Background(), "j", x); err != nil || ok {
+		t.Errorf("slot %v ran on r2, then on r1 once its record had expired (record %+v, found %v, %v): a stale catch-up claim was sent again without its bound", x.UTC(), rec, ok, err)
+	}
+	if len(r.catchup) != 0 {
+		t.Errorf("the catch-up did not go on past the stale slot: %v", r.catchup)
 	}
 }
 

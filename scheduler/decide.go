@@ -12,12 +12,15 @@ import (
 // of a slot that this replica did not claim because its clock is off;
 // outcomeRefusedProtocol of one it did not claim because replicas of an
 // older slot protocol were live; outcomeOld of a catch-up claim that Redis
-// refused as older than its retention less its MaxEarly.
+// refused as older than its retention less its MaxEarly; outcomeStale of
+// one that is not sent again, as it waited a retention since it was planned
+// (runner.stale).
 const (
 	outcomeError           = "error"
 	outcomeRefused         = "refused_skew"
 	outcomeRefusedProtocol = "refused_protocol"
 	outcomeOld             = "old"
+	outcomeStale           = "past_retention"
 )
 
 // decision is what a replica does with the answer to one claim. decide makes
@@ -52,8 +55,9 @@ func decide(c slot.Claim, res slot.Result, self string) decision {
 		// record has not expired. A starting replica planned this slot
 		// after the job's latest record, so a record of it can only have
 		// been written since, and has not expired unless the catch-up has
-		// waited a whole retention: the bound that matters here is the
-		// early one (bareClaim), and Redis has just shown the slot past.
+		// waited a whole retention (apply checks that: runner.stale): the
+		// bound that matters here is the early one (bareClaim), and Redis
+		// has just shown the slot past.
 		return decision{outcome: outcomeOld, unbounded: true, level: slog.LevelDebug,
 			msg: "catch-up slot older than its retention less max_skew on Redis's clock: claiming it again without the early bound"}
 	}

@@ -594,6 +594,11 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 		st.slotIs(res.Slot)
 	}
 	d := decide(c, res, r.self)
+	if d.unbounded && r.stale(now, j) {
+		d = decision{outcome: outcomeStale, nextCatchup: true, level: slog.LevelError,
+			msg: "catch-up slot not run: it waited longer than its retention since this replica planned it, so a peer may have run it " +
+				"and its record expired; running it could run it twice, and it keeps no record"}
+	}
 	r.s.tel.claimed(j.metrics, d.outcome)
 	if res.Unreplicated {
 		r.s.tel.unreplicated(j.Name)
@@ -677,6 +682,16 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 	if d.nextCatchup {
 		r.nextCatchup(now, j)
 	}
+}
+
+// stale reports whether j's catch-up slots have waited too long since
+// startup planned them to be claimed without the retention bound: a slot
+// with no record then may be one that a peer ran, whose record has expired
+// since. Within the retention less twice max_skew (the two clocks each off
+// Redis's by up to max_skew) of the read that planned them, a record
+// written since cannot have expired.
+func (r *runner) stale(now time.Time, j *jobState) bool {
+	return now.Sub(r.planned) >= j.Retention-2*r.s.cfg.maxSkew
 }
 
 // watch looks at a running slot again when its owner's lease would expire

@@ -49,6 +49,12 @@ type runner struct {
 	// (heldByOlder), which keeps the copy of those runs' leases current.
 	olderJobs  []*jobState
 	olderCheck time.Time
+	// planned is when startup read the jobs' states, on the runner's clock:
+	// a catch-up slot planned then had no record, and any record of it was
+	// written after. Until a retention (less twice max_skew) has passed
+	// since, such a record cannot have expired: the absence of one still
+	// says that the slot never ran (stale).
+	planned time.Time
 
 	runEnded chan runEnded // from run goroutines to the loop
 	loopDone chan struct{} // closed when the loop has returned: nobody receives events

@@ -47,6 +47,7 @@ func (r *runner) startup(ctx context.Context) bool {
 	}
 	read := []startupStep{
 		{"read the jobs' latest and running slots", func(ctx context.Context) (err error) {
+			r.planned = r.clock.Now()
 			states, err = r.s.claimer.JobStates(ctx, r.s.jobNames())
 			return err
 		}},
