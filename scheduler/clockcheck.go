@@ -29,6 +29,7 @@ const probeSamples = 3
 func (s *Scheduler) probe(ctx context.Context) error {
 	var p slot.Probe
 	var t0, t1 time.Time
+	var m1 time.Time // real (monotonic) time at t1: a later sample's end is not t1's
 	for i := range probeSamples {
 		a := s.cfg.clock.Now()
 		q, err := s.claimer.Probe(ctx)
@@ -38,9 +39,9 @@ func (s *Scheduler) probe(ctx context.Context) error {
 			}
 			return err
 		}
-		b := s.cfg.clock.Now()
+		b, m := s.cfg.clock.Now(), time.Now()
 		if i == 0 || b.Sub(a) < t1.Sub(t0) {
-			p, t0, t1 = q, a, b
+			p, t0, t1, m1 = q, a, b, m
 		}
 		if t1.Sub(t0)/2 <= s.cfg.warnSkew {
 			break
@@ -51,7 +52,7 @@ func (s *Scheduler) probe(ctx context.Context) error {
 	s.offsetMu.Lock()
 	s.offset, s.measured = offset, true
 	s.rtt = t1.Sub(t0)
-	s.probedWall, s.probedMono = t1.Round(0), time.Now()
+	s.probedWall, s.probedMono = t1.Round(0), m1
 	known := s.epoch
 	s.epoch = p.Epoch
 	s.offsetMu.Unlock()
