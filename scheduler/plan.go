@@ -15,6 +15,19 @@ import (
 // retention). @every 1s with a 48h window holds 172,800.
 const MaxCatchupSlots = 200_000
 
+// MaxOlderSlots bounds the slots older than their job's catch-up window
+// that a start records missed, all jobs together: each record is a key in
+// Redis for the retention, and every job of a large table may have been
+// idle as long (10,000 jobs due every minute, down for a day, would be 14
+// million). A table of n jobs records at most MaxOlderSlots/n of each
+// job's (and MaxCatchupSlots in all, with its window's), the latest; the
+// rest are counted in a WARN.
+const MaxOlderSlots = 1_000_000
+
+// olderLimit is how many slots older than its catch-up window a start
+// records for each job of a table of n.
+func olderLimit(n int) int { return MaxOlderSlots / max(n, 1) }
+
 // startupPlan is what a starting replica does with a job's slots before its
 // start: the slots that every replica missed while all were down.
 type startupPlan struct {
@@ -24,10 +37,11 @@ type startupPlan struct {
 	check []time.Time // slots recorded running, and the latest recorded one: settle each if its owner died
 	live  time.Time   // the first slot claimed live
 
-	// Slots older than the window that get no record: over MaxCatchupSlots
-	// (the oldest), and those older than the retention less max_skew, whose
+	// Slots older than the window that get no record: over limit (the
+	// oldest), and those older than the retention plus max_skew, whose
 	// record would have expired by now; expiredMore: more than expired
 	// (not counted further).
+	limit            int
 	dropped, expired int
 	expiredMore      bool
 	expiredTo        time.Time // the latest slot that would have expired
@@ -44,11 +58,12 @@ type startupPlan struct {
 // missed, back to the retention plus maxSkew before start: an older slot's
 // record would have expired by now had it run, so a record would say no
 // more than its absence (and these could be millions). At most
-// MaxCatchupSlots slots of a job are run or recorded, the window's first:
-// the oldest of the others are dropped (counted). Every slot still
-// recorded running is checked, and settled by the job's policy if its
-// owner is gone, however old; so is the latest recorded slot.
-func planStartup(j Job, sched Schedule, st slot.JobState, start time.Time, maxSkew time.Duration) startupPlan {
+// MaxCatchupSlots slots of a job are run or recorded, the window's first,
+// and at most older of those older than the window: the oldest of the
+// others are dropped (counted). Every slot still recorded running is
+// checked, and settled by the job's policy if its owner is gone, however
+// old; so is the latest recorded slot.
+func planStartup(j Job, sched Schedule, st slot.JobState, start time.Time, maxSkew time.Duration, older int) startupPlan {
 	liveFrom := start.Add(-maxSkew)
 	p := startupPlan{live: sched.Next(liveFrom), check: st.Running}
 	last := st.Last
@@ -68,7 +83,8 @@ func planStartup(j Job, sched Schedule, st slot.JobState, start time.Time, maxSk
 	}
 	var old []time.Time
 	if last.Before(from) {
-		old = p.older(sched, last, from, start.Add(-j.Retention-maxSkew), MaxCatchupSlots-len(past))
+		p.limit = min(MaxCatchupSlots-len(past), older)
+		old = p.older(sched, last, from, start.Add(-j.Retention-maxSkew), p.limit)
 	}
 	switch {
 	case len(past) == 0:
@@ -109,9 +125,10 @@ func (p *startupPlan) older(sched Schedule, last, windowFrom, expiry time.Time, 
 
 // maxCounted bounds how many slots past the retention planStartup counts
 // for its log line, for a schedule it must step through one slot at a time
-// (about 60 ns a slot): a job silent for years would otherwise hold up the
-// start.
-const maxCounted = 10_000_000
+// (about 60 ns a slot: a cron every second, idle 200 days, took 0.57 s a
+// job at 10 million): a job silent for years would otherwise hold up the
+// start, and every live slot with it.
+const maxCounted = 1_000_000
 
 // countSlots counts the slots of sched in (after, until], up to limit; more
 // reports that there are more.
@@ -247,6 +264,7 @@ func (r *runner) logUnrecorded(j *jobState, p startupPlan) {
 		attrs = append(attrs, "past_retention_to", p.expiredTo.UTC().Format(time.RFC3339))
 	}
 	r.log.Warn(fmt.Sprintf("catching up: slots older than the catch-up window left with no record: %s older than the retention "+
-		"(%v) plus max_skew, whose record would have expired by now had they run, and %d over the %d slots a job's catch-up records",
-		expired, j.Retention, p.dropped, MaxCatchupSlots), attrs...)
+		"(%v) plus max_skew, whose record would have expired by now had they run, and %d over the %d older slots this start records of the job "+
+		"(scheduler.MaxCatchupSlots a job, with its window's, and scheduler.MaxOlderSlots across the table)",
+		expired, j.Retention, p.dropped, p.limit), attrs...)
 }

@@ -55,7 +55,7 @@ func TestPlanStartup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := planStartup(tt.job, every, slot.JobState{Last: tt.last}, start, tt.maxSkew)
+			p := planStartup(tt.job, every, slot.JobState{Last: tt.last}, start, tt.maxSkew, olderLimit(1))
 			if !slices.EqualFunc(p.run, tt.run, time.Time.Equal) || !slices.EqualFunc(p.miss, tt.miss, time.Time.Equal) {
 				t.Fatalf("run %v miss %v\nwant run %v miss %v", p.run, p.miss, tt.run, tt.miss)
 			}
@@ -105,7 +105,7 @@ func TestPlanStartupOlderThanTheWindow(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				job := Job{Name: "j", Schedule: "@every 1s", Catchup: CatchupNone, CatchupWindow: tt.window, Retention: tt.retention}.WithDefaults(time.Second)
 				last := start.Add(-tt.down).Truncate(time.Second)
-				p := planStartup(job, sched, slot.JobState{Last: last}, start, 2*time.Second)
+				p := planStartup(job, sched, slot.JobState{Last: last}, start, 2*time.Second, olderLimit(1))
 				if p.old != tt.old || p.dropped != tt.dropped || p.expired != tt.expired || p.expiredMore != tt.expiredMore {
 					t.Fatalf("old %d dropped %d expired %d (more %v); want %d %d %d (%v)", p.old, p.dropped, p.expired, p.expiredMore,
 						tt.old, tt.dropped, tt.expired, tt.expiredMore)
@@ -260,4 +260,33 @@ func (nopClaimer) JobStates(context.Context, []string) (map[string]slot.JobState
 }
 func (nopClaimer) Probe(context.Context) (slot.Probe, error) {
 	return slot.Probe{Now: time.Now(), Epoch: "nop"}, nil
+}
+
+// TestPlanStartupOlderSlotsShareATableBudget: the slots older than the
+// catch-up window that a start records are bounded across the table
+// (MaxOlderSlots), not only per job: in a table of 1,000 jobs each records
+// its latest 1,000, and counts the rest. Before, every job recorded up to
+// MaxCatchupSlots: 10,000 jobs due every minute, down for a day, would have
+// written 14 million records.
+func TestPlanStartupOlderSlotsShareATableBudget(t *testing.T) {
+	every, err := ParseSchedule("@every 1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 3, 10, 12, 0, 0, 500_000_000, time.UTC)
+	job := Job{Name: "j", Schedule: "@every 1s", Catchup: CatchupNone, CatchupWindow: time.Hour, Retention: 24 * time.Hour}.WithDefaults(time.Second)
+	last := start.Add(-5 * time.Hour).Truncate(time.Second)
+	limit := olderLimit(1_000)
+	if limit != 1_000 {
+		t.Fatalf("olderLimit(1000) = %d; want 1,000", limit)
+	}
+	p := planStartup(job, every, slot.JobState{Last: last}, start, 2*time.Second, limit)
+	older := 4 * 3600 // (last, start - 1h]: one a second
+	if p.old != limit || p.dropped != older-limit || p.expired != 0 {
+		t.Fatalf("old %d, dropped %d, expired %d; want %d, %d, 0", p.old, p.dropped, p.expired, limit, older-limit)
+	}
+	windowFirst := start.Add(-time.Hour + 500*time.Millisecond)
+	if !p.miss[p.old].Equal(windowFirst) || !p.miss[p.old-1].Equal(windowFirst.Add(-time.Second)) || !p.miss[0].Equal(windowFirst.Add(-time.Duration(limit)*time.Second)) {
+		t.Fatalf("kept older slots %v to %v, the window's from %v; want the latest %d before %v", p.miss[0], p.miss[p.old-1], p.miss[p.old], limit, windowFirst)
+	}
 }

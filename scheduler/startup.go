@@ -65,7 +65,7 @@ func (r *runner) startup(ctx context.Context) bool {
 	}
 	start := r.clock.Now()
 	for _, j := range r.s.jobs {
-		p := planStartup(j.Job, j.sched, states[j.Name], start, r.s.cfg.maxSkew)
+		p := planStartup(j.Job, j.sched, states[j.Name], start, r.s.cfg.maxSkew, olderLimit(len(r.s.jobs)))
 		if !p.live.IsZero() {
 			heap.Push(&r.next, newNextSlot(p.live, j))
 		}
