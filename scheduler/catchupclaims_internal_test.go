@@ -96,7 +96,8 @@ func TestAnOldCatchupClaimStillRuns(t *testing.T) {
 
 	j := r.s.jobs[0]
 	now := r.clock.Now()
-	r.planned = now // planned just now: a record written since has not expired
+	// Planned just now: a record written since has not expired.
+	r.planned = now
 	old := now.Add(-59 * time.Second).Truncate(time.Second) // older than the retention (1m) less max_skew (1s)
 	p := &pending{due: now, job: j, claim: r.claim(slot.ClaimCatchup, j, old)}
 	r.send(context.Background(), []*pending{p})
