@@ -26,17 +26,7 @@ const coalesce = 100 * time.Millisecond
 // Between batches it takes the events of the goroutines that run jobs.
 func (r *runner) loop(ctx context.Context) {
 	for {
-		if r.stepped() {
-			// Claims decided on a clock that just stepped could go out far
-			// too early or late: measure it against Redis before anything
-			// is dispatched on it (while it is off by more than max_skew,
-			// the runner goes by Redis's clock).
-			pctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
-			if err := r.s.probe(pctx); err != nil && ctx.Err() == nil {
-				r.log.Warn("cannot measure the clock against Redis", "error", err)
-			}
-			cancel()
-		}
+		r.measureStep(ctx)
 		ahead := r.ahead()
 		r.dispatch(ctx, r.clock.Now(), ahead)
 		r.sweepDue(ctx, r.clock.Now())
@@ -50,11 +40,14 @@ func (r *runner) loop(ctx context.Context) {
 		case <-ctx.Done():
 		case <-fired:
 		case ev := <-r.runEnded:
+			r.measureStep(ctx)
 			r.onRunEnded(ev)
 			r.moreRunsEnded()
 		case req := <-r.s.triggers:
+			r.measureStep(ctx)
 			r.onTrigger(r.clock.Now(), req)
 		case <-r.s.departed:
+			r.measureStep(ctx)
 			r.reread = r.clock.Now()
 		}
 		if t != nil {
@@ -64,6 +57,27 @@ func (r *runner) loop(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// measureStep measures this replica's clock against Redis if it has
+// stepped since it was last measured (stepped); it blocks for that probe,
+// up to the claim timeout, and costs a mutex and some arithmetic otherwise.
+// Whatever reads the runner's clock goes after it: claims decided on a
+// clock that just stepped could go out far too early or late, and work
+// queued "now" on it (the next catch-up claim, a takeover watch, a
+// trigger's claim, a reread) would be due a whole step ahead or behind once
+// the runner goes by Redis's clock, as it does while its own is off by
+// more than max_skew. So the loop calls it at the top of each pass and
+// before it handles an event.
+func (r *runner) measureStep(ctx context.Context) {
+	if !r.stepped() {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+	if err := r.s.probe(pctx); err != nil && ctx.Err() == nil {
+		r.log.Warn("cannot measure the clock against Redis", "error", err)
+	}
+	cancel()
 }
 
 // stepped reports, and logs, whether this replica's clock has stepped since

@@ -76,7 +76,7 @@
 // under; meanwhile it goes by Redis's clock as measured, not its own: it
 // plans its start on it, and Redis records the slots it refuses, and an
 // outage's missed slots, on its own clock. A clock that steps is measured
-// again before anything is claimed on it. A replica whose clock runs ahead
+// again before anything is claimed or queued on it. A replica whose clock runs ahead
 // by less than max_skew may start a slot that much early; the slot still
 // starts once.
 //
