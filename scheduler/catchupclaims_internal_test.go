@@ -18,6 +18,13 @@ import (
 // runner's parts, on the machine's clock, which is Redis's.
 func storeRunner(t *testing.T, job Job) (*runner, *slotstore.Store) {
 	t.Helper()
+	r, store, _ := storeRunnerOn(t, job)
+	return r, store
+}
+
+// storeRunnerOn is storeRunner, with the Redis it runs on.
+func storeRunnerOn(t *testing.T, job Job) (*runner, *slotstore.Store, *redistest.Server) {
+	t.Helper()
 	srv := redistest.Start(t)
 	store, err := slotstore.New(srv.Client(), srv.Key("claims"))
 	if err != nil {
@@ -32,7 +39,7 @@ func storeRunner(t *testing.T, job Job) (*runner, *slotstore.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newRunner(s), store
+	return newRunner(s), store, srv
 }
 
 // TestACatchupClaimIsNeverEarly: a catch-up claim whose slot is still to
@@ -123,11 +130,12 @@ func TestAnOldCatchupClaimStillRuns(t *testing.T) {
 // answers old, and the claim must not be sent again without the bound. It
 // is dropped, at ERROR and counted (past_retention), and the catch-up goes
 // on. Before, it was sent again unbounded and won: the slot ran twice.
-// (Wall time: Redis expires the peer's record on its own clock.)
+// The record's expiry is its key's deletion, at once: no test waits for
+// Redis's TTL.
 func TestAStaleCatchupClaimDoesNotRunASlotTwice(t *testing.T) {
 	job := Job{Name: "j", Schedule: "@every 1s", Catchup: CatchupAll, Retention: 3 * time.Second,
 		CatchupWindow: 2 * time.Second, MisfireGrace: time.Second, LeaseTTL: 200 * time.Millisecond}
-	r, store := storeRunner(t, job)
+	r, store, srv := storeRunnerOn(t, job)
 	bg, stop := context.WithCancel(context.Background())
 	var loops sync.WaitGroup
 	loops.Add(2)
@@ -136,14 +144,17 @@ func TestAStaleCatchupClaimDoesNotRunASlotTwice(t *testing.T) {
 	defer func() { stop(); loops.Wait() }()
 	close(r.loopDone)
 	j := r.s.jobs[0]
-	r.planned = r.clock.Now()
-	x := r.planned.Add(-time.Second).Truncate(time.Second)
-	r.catchup[j] = []time.Time{x} // planned at start: x had no record
+	now := r.clock.Now()
+	// Planned 4s ago, more than the retention (3s) less twice max_skew
+	// (1s): x had no record then, and is older than the retention less
+	// max_skew on Redis's clock now.
+	r.planned = now.Add(-4 * time.Second)
+	x := now.Add(-5 * time.Second).Truncate(time.Second)
+	r.catchup[j] = []time.Time{x}
 
-	// A peer runs x (its catch-up claim wins) and ends; its record outlives
-	// the run by the retention, 3s.
+	// A peer ran x (a catch-up claim of the version before the bound), and
+	// its record has expired since.
 	peer := claim(slot.ClaimCatchup, j.Job, x, "r2")
-	peer.MaxEarly = time.Second
 	res, err := store.Claim(context.Background(), []slot.Claim{peer})
 	if err != nil || res[0].Outcome != slot.OutcomeWon {
 		t.Fatalf("peer's claim: %+v, %v", res, err)
@@ -151,18 +162,11 @@ func TestAStaleCatchupClaimDoesNotRunASlotTwice(t *testing.T) {
 	if errs := store.Finish(context.Background(), []slot.FinishRequest{{Lease: res[0].Lease, State: slot.StateDone}}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	for {
-		_, ok, err := store.Record(context.Background(), "j", x)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break // expired
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := srv.Client().Del(context.Background(), slotstore.RecordKey(store.Prefix(), "j", x)).Err(); err != nil {
+		t.Fatal(err)
 	}
 
-	p := &pending{due: r.clock.Now(), job: j, claim: r.claim(slot.ClaimCatchup, j, x)}
+	p := &pending{due: now, job: j, claim: r.claim(slot.ClaimCatchup, j, x)}
 	r.send(context.Background(), []*pending{p})
 	for r.queue.Len() > 0 {
 		if q := heap.Pop(&r.queue).(*pending); q.claim.Kind == slot.ClaimCatchup {
