@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -115,11 +116,22 @@ func (p *startupPlan) older(sched Schedule, last, windowFrom, expiry time.Time, 
 		}
 		from = expiry
 	}
+	if e, ok := sched.(everySchedule); ok {
+		// Its slots are the period's multiples: those the limit drops are
+		// skipped by arithmetic rather than stepped through (with a table
+		// of thousands of jobs due every second, and the retention's day of
+		// slots each, the steps held up the start).
+		if n, _ := countSlots(e, from, windowFrom, math.MaxInt); n > limit {
+			per := int64(e.period / time.Second)
+			p.dropped = n - max(limit, 0)
+			from = time.Unix((floorDiv(from.Unix(), per)+int64(p.dropped))*per, 0).In(from.Location())
+		}
+	}
 	keep := newest{n: max(limit, 0)}
 	for s := sched.Next(from); !s.After(windowFrom) && !s.IsZero(); s = sched.Next(s) {
 		keep.add(s)
 	}
-	p.dropped = keep.dropped
+	p.dropped += keep.dropped
 	return keep.times()
 }
 

@@ -290,3 +290,23 @@ func TestPlanStartupOlderSlotsShareATableBudget(t *testing.T) {
 		t.Fatalf("kept older slots %v to %v, the window's from %v; want the latest %d before %v", p.miss[0], p.miss[p.old-1], p.miss[p.old], limit, windowFirst)
 	}
 }
+
+// BenchmarkPlanStartupOlder: planning one job of a table of 10,000, due
+// every second, after all replicas were down for 25 hours (the default
+// retention of 24h): it records its latest 100 slots older than the window.
+//
+//	go test -run '^$' -bench PlanStartupOlder -count 5 ./scheduler
+func BenchmarkPlanStartupOlder(b *testing.B) {
+	every, err := ParseSchedule("@every 1s")
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Date(2026, 3, 10, 12, 0, 0, 500_000_000, time.UTC)
+	job := Job{Name: "j", Schedule: "@every 1s", Catchup: CatchupNone}.WithDefaults(time.Second)
+	st := slot.JobState{Last: start.Add(-25 * time.Hour).Truncate(time.Second)}
+	for b.Loop() {
+		if p := planStartup(job, every, st, start, 2*time.Second, olderLimit(10_000)); p.old != 100 {
+			b.Fatalf("%d older slots recorded; want 100", p.old)
+		}
+	}
+}
