@@ -251,52 +251,24 @@ func afterLease(wait, ttl time.Duration) time.Duration {
 // unless its run is here or one of peers holds it in its own catch-up
 // (carrier). Each answer counts in the claims metric.
 func (r *runner) flushMisses(ctx context.Context, peers []slot.Replica) {
-	var claims []slot.Claim
-	for _, q := range r.queue {
-		if q.p.claim.Kind == slot.ClaimMiss {
-			c := q.p.claim
-			c.Deadline = c.Slot
-			claims = append(claims, c)
-		}
-	}
-	for j, b := range r.backlog {
-		for len(b.slots) > 0 {
-			c := r.missClaim(j, b)
-			c.Deadline = c.Slot
-			claims = append(claims, c)
-		}
-	}
-	policy := len(claims)
-	left, carriers := 0, map[string]bool{}
-	for j, rest := range r.catchup {
-		for _, at := range rest {
-			if r.runs.has(target{at: at}.key(j.Name)) { // its run records it
-				continue
-			}
-			if id := carrier(peers, j.Name, at); id != "" {
-				left++
-				carriers[id] = true
-				continue
-			}
-			c := r.claim(slot.ClaimMiss, j, at)
-			c.Deadline, c.Reason = at, stopReason(r.self)
-			claims = append(claims, c)
-		}
-	}
-	if left > 0 {
-		r.log.Info("stopping: leaving catch-up slots not reached to live peers that hold them in their own catch-up",
-			"slots", left, "peers", joinKeys(carriers))
-	}
-	if len(claims) == 0 {
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
 	defer cancel()
-	recorded, failed, ahead := 0, 0, 0
-	var lastErr error
-	for i := 0; i < len(claims); i += maxBatch {
-		chunk := claims[i:min(i+maxBatch, len(claims))]
-		res, err := r.s.claimer.Claim(ctx, chunk)
+	// Sent maxBatch at a time as they are made: a backlog may hold a
+	// million slots, which are not all made into claims at once.
+	var (
+		chunk                          []slot.Claim
+		recorded, failed, ahead, total int
+		lastErr                        error
+	)
+	flush := func() {
+		if len(chunk) == 0 {
+			return
+		}
+		var res []slot.Result
+		err := ctx.Err() // past the claim timeout: the rest are not sent
+		if err == nil {
+			res, err = r.s.claimer.Claim(ctx, chunk)
+		}
 		for k, c := range chunk {
 			outcome := outcomeError
 			if err == nil && res[k].Err == nil {
@@ -314,19 +286,65 @@ func (r *runner) flushMisses(ctx context.Context, peers []slot.Replica) {
 				recorded++ // missed, or it had a record meanwhile
 			}
 		}
+		chunk = chunk[:0]
+	}
+	add := func(c slot.Claim) {
+		total++
+		if chunk = append(chunk, c); len(chunk) == maxBatch {
+			flush()
+		}
+	}
+	for _, q := range r.queue {
+		if q.p.claim.Kind == slot.ClaimMiss {
+			c := q.p.claim
+			c.Deadline = c.Slot
+			add(c)
+		}
+	}
+	for j, b := range r.backlog {
+		for len(b.slots) > 0 {
+			c := r.missClaim(j, b)
+			c.Deadline = c.Slot
+			add(c)
+		}
+	}
+	policy := total
+	left, carriers := 0, map[string]bool{}
+	for j, rest := range r.catchup {
+		for _, at := range rest {
+			if r.runs.has(target{at: at}.key(j.Name)) { // its run records it
+				continue
+			}
+			if id := carrier(peers, j.Name, at); id != "" {
+				left++
+				carriers[id] = true
+				continue
+			}
+			c := r.claim(slot.ClaimMiss, j, at)
+			c.Deadline, c.Reason = at, stopReason(r.self)
+			add(c)
+		}
+	}
+	flush()
+	if left > 0 {
+		r.log.Info("stopping: leaving catch-up slots not reached to live peers that hold them in their own catch-up",
+			"slots", left, "peers", joinKeys(carriers))
+	}
+	if total == 0 {
+		return
 	}
 	if ahead > 0 {
 		r.log.Warn("stopping with slots that the catch-up policy left missed but that are still to come on Redis's clock: not recorded; "+
 			"the replicas claim them live at their time", "slots", ahead)
 	}
-	attrs := []any{"slots", len(claims), "left_by_the_policy", policy, "catchup_not_reached", len(claims) - policy, "recorded", recorded}
+	attrs := []any{"slots", total, "left_by_the_policy", policy, "catchup_not_reached", total - policy, "recorded", recorded}
 	if failed > 0 {
 		r.log.Error("stopping with slots that the catch-up policy left missed, or that the catch-up had not reached, and that are not recorded: they keep no record",
 			append(attrs, "not_recorded", failed, "error", lastErr)...)
 		return
 	}
 	level := slog.LevelInfo
-	if len(claims) > policy {
+	if total > policy {
 		level = slog.LevelWarn // slots the policy meant to run
 	}
 	r.log.Log(ctx, level, "stopping: recorded missed the slots that the catch-up policy left missed, or that the catch-up had not reached, without waiting for their misfire grace", attrs...)
