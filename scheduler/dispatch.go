@@ -129,7 +129,15 @@ func (r *runner) nextDue(ahead time.Duration) time.Time {
 		due = r.sweeps[0].due
 	}
 	if len(r.backlog) > 0 {
-		due = r.clock.Now()
+		// Now, until the slots this replica sends first are sent; then,
+		// the others', at laterDue.
+		at := r.laterDue
+		if at.IsZero() {
+			at = r.clock.Now()
+		}
+		if due.IsZero() || at.Before(due) {
+			due = at
+		}
 	}
 	if len(r.olderJobs) > 0 && (due.IsZero() || r.olderCheck.Before(due)) {
 		due = r.olderCheck
@@ -210,19 +218,7 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 	for len(r.queue) > 0 && !r.queue[0].due.After(now) && len(batch) < maxBatch {
 		batch = append(batch, heap.Pop(&r.queue).(*pending))
 	}
-	for i := 0; len(r.backlog) > 0 && i < len(r.s.jobs); i++ { // last: slots to record missed, oldest first
-		j := r.s.jobs[i]
-		b, ok := r.backlog[j]
-		if !ok {
-			continue
-		}
-		for len(b.slots) > 0 && len(batch) < maxBatch {
-			batch = append(batch, &pending{due: now, job: j, claim: r.missClaim(j, b)})
-		}
-		if len(b.slots) == 0 {
-			delete(r.backlog, j)
-		}
-	}
+	batch = r.drainBacklog(now, batch) // last: slots to record missed, oldest first
 	if len(batch) == 0 {
 		return
 	}
@@ -269,6 +265,76 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 		batch = r.heldByOlder(ctx, now, batch)
 	}
 	r.send(ctx, batch)
+}
+
+// drainBacklog adds to batch, up to maxBatch, the claims of the backlog
+// (slots to record missed at start) that are due at now. First, across
+// every job, those of the slots this replica is the preferred replica of
+// among the live candidates (every slot, while it knows of no peer); the
+// others it postpones. Once those are sent, and a backstop's delay after
+// (backstopDelay: long after its peers have sent theirs), the postponed
+// ones. Every one goes hedged: its record is read first (Claimer.Peek),
+// and only a slot with none is claimed. A replica alone reads in vain (a
+// read costs Redis about a tenth of a claim that loses), but whom a
+// replica knows of as it starts is the registry it read as it registered:
+// one of several that start together may see none of the others. So
+// replicas that start together after an outage cost Redis about a claim
+// per slot and a read per slot and replica, where each used to claim
+// every slot; and a peer that died before sending its share leaves it to
+// the others, a backstop's delay late. Each pass looks at most at
+// 4×maxBatch slots, so that a million slots do not hold up the loop.
+func (r *runner) drainBacklog(now time.Time, batch []*pending) []*pending {
+	looked := 0
+	for _, j := range r.s.jobs {
+		if len(r.backlog) == 0 || len(batch) == maxBatch || looked == 4*maxBatch {
+			return batch
+		}
+		b, ok := r.backlog[j]
+		if !ok || len(b.slots) == 0 {
+			continue
+		}
+		ids := r.s.candidatesOf(j.Name)
+		alone := len(ids) < 2 || !slices.Contains(ids, r.self)
+		for len(b.slots) > 0 && len(batch) < maxBatch && looked < 4*maxBatch {
+			looked++
+			if alone || rank(ids, r.self, j.Name, b.slots[0]) == 0 {
+				batch = append(batch, &pending{due: now, job: j, claim: r.missClaim(j, b), hedged: true})
+			} else {
+				b.postpone()
+			}
+		}
+		if b.empty() {
+			delete(r.backlog, j)
+		}
+		if len(b.slots) > 0 {
+			return batch // the rest of this replica's own first
+		}
+	}
+	if len(r.backlog) == 0 {
+		return batch
+	}
+	if r.laterDue.IsZero() {
+		r.laterDue = now.Add(backstopDelay(r.s.hedge(), r.batches.longest()))
+	}
+	if now.Before(r.laterDue) {
+		return batch
+	}
+	for _, j := range r.s.jobs {
+		if len(r.backlog) == 0 || len(batch) == maxBatch {
+			break
+		}
+		b, ok := r.backlog[j]
+		if !ok {
+			continue
+		}
+		for len(b.later) > 0 && len(batch) < maxBatch {
+			batch = append(batch, &pending{due: now, job: j, claim: r.missClaim(j, b), hedged: true})
+		}
+		if b.empty() {
+			delete(r.backlog, j)
+		}
+	}
+	return batch
 }
 
 // heldByOlder sees to it that claims which would start a run of a job

@@ -242,21 +242,48 @@ func claim(kind slot.Kind, j Job, at time.Time, replica string) slot.Claim {
 
 // backlog is a job's slots to record missed at start, oldest first, sent
 // maxBatch at a time: the first old of them were older than the catch-up
-// window, and their records say so.
+// window, and their records say so. Every replica that starts after the
+// same outage plans the same slots; so that Redis records each once rather
+// than once per replica, a replica sends first the slots it is the
+// preferred replica of (rendezvous over the live candidates, as spread
+// routing picks), and moves the others to later: those it reads the
+// records of a backstop's delay after, and claims only where there is
+// none (drainBacklog).
 type backlog struct {
 	slots []time.Time
 	old   int
+	// later are the slots whose preferred replica is another, oldest
+	// first; the first laterOld of them are older than the window.
+	later    []time.Time
+	laterOld int
 }
 
-// missClaim takes the first slot of b, and returns the claim that records
-// it missed, with its reason.
-func (r *runner) missClaim(j *jobState, b *backlog) slot.Claim {
-	c := r.claim(slot.ClaimMiss, j, b.slots[0])
+// postpone moves b's first slot to later.
+func (b *backlog) postpone() {
+	b.later = append(b.later, b.slots[0])
 	if b.old > 0 {
-		c.Reason = oldReason(j.CatchupWindow)
 		b.old--
+		b.laterOld++
 	}
 	b.slots = b.slots[1:]
+}
+
+// empty reports whether b has no slot left to send.
+func (b *backlog) empty() bool { return len(b.slots) == 0 && len(b.later) == 0 }
+
+// missClaim takes the first slot of b (of its later ones once the others
+// are sent), and returns the claim that records it missed, with its reason.
+func (r *runner) missClaim(j *jobState, b *backlog) slot.Claim {
+	slots, old := &b.slots, &b.old
+	if len(b.slots) == 0 {
+		slots, old = &b.later, &b.laterOld
+	}
+	c := r.claim(slot.ClaimMiss, j, (*slots)[0])
+	if *old > 0 {
+		c.Reason = oldReason(j.CatchupWindow)
+		*old--
+	}
+	*slots = (*slots)[1:]
 	return c
 }
 

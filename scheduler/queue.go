@@ -15,10 +15,12 @@ type pending struct {
 	claim slot.Claim
 	tries int
 	// hedged: a live claim sent a hedge after its slot's time, because
-	// another replica was to claim it first: it is sent only if its slot
-	// still has no record (Claimer.Peek), which costs Redis far less than
-	// a claim that loses. A hedged claim whose reply was lost is sent
-	// again without the read.
+	// another replica was to claim it first, or a miss claim of the
+	// startup backlog, which the peers that started with this replica
+	// send too (drainBacklog): it is sent only if its slot still has no
+	// record (Claimer.Peek), which costs Redis far less than a claim that
+	// loses. A hedged claim whose reply was lost is sent again without
+	// the read.
 	hedged bool
 	// reply, for a Trigger, receives the claim's first answer that is not
 	// an error; nil otherwise, and once it has received it.

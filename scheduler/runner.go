@@ -30,6 +30,7 @@ type runner struct {
 	next      nextQueue                 // each job's next live slot
 	queue     pendingQueue              // retries, catch-ups, watches
 	backlog   map[*jobState]*backlog    // slots to record missed at start, sent maxBatch at a time
+	laterDue  time.Time                 // when the backlog's postponed slots go (drainBacklog); zero until its others are sent
 	catchup   map[*jobState][]time.Time // catch-up slots yet to run, oldest first: the first is in flight
 	watching  map[slotKey]bool
 	batches   aheadMeter        // how long claim batches took, for ahead
@@ -302,7 +303,7 @@ func (r *runner) flushMisses(ctx context.Context, peers []slot.Replica) {
 		}
 	}
 	for j, b := range r.backlog {
-		for len(b.slots) > 0 {
+		for !b.empty() {
 			c := r.missClaim(j, b)
 			c.Deadline = c.Slot
 			add(c)

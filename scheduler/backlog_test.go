@@ -1,0 +1,189 @@
+package scheduler_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
+)
+
+// gatedStore holds a replica's start at its read of the jobs' states until
+// the test opens read (after it has registered), and its claims and reads
+// of records until it opens send; and counts, across the replicas that
+// share its counter, the miss claims that reach Redis's claim script.
+type gatedStore struct {
+	*slotstore.Store
+	read, send chan struct{}
+	misses     *atomic.Int64
+}
+
+func wait(ctx context.Context, gate chan struct{}) error {
+	select {
+	case <-gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gatedStore) JobStates(ctx context.Context, names []string) (map[string]slot.JobState, error) {
+	if err := wait(ctx, g.read); err != nil {
+		return nil, err
+	}
+	return g.Store.JobStates(ctx, names)
+}
+
+func (g *gatedStore) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	if err := wait(ctx, g.send); err != nil {
+		return nil, err
+	}
+	for _, c := range claims {
+		if c.Kind == slot.ClaimMiss {
+			g.misses.Add(1)
+		}
+	}
+	return g.Store.Claim(ctx, claims)
+}
+
+func (g *gatedStore) Peek(ctx context.Context, claims []slot.Claim) ([]slot.Record, error) {
+	if err := wait(ctx, g.send); err != nil {
+		return nil, err
+	}
+	return g.Store.Peek(ctx, claims)
+}
+
+// outageBacklog runs one replica of table for a few slots, stops it, and
+// returns the last slot it ran, with down seconds passed since.
+func outageBacklog(t *testing.T, h *harness, reg func() *jobs.Registry, table []scheduler.Job, down int64) int64 {
+	t.Helper()
+	first := h.start("first", reg(), table)
+	time.Sleep(3500 * time.Millisecond)
+	first.stop()
+	states, err := h.store.JobStates(context.Background(), []string{table[0].Name})
+	if err != nil || states[table[0].Name].Last.IsZero() {
+		t.Fatalf("no slot ran before the stop: %v %v", states, err)
+	}
+	last := states[table[0].Name].Last.Unix()
+	sleepUntil(time.Unix(last+down, 0).Add(500 * time.Millisecond))
+	return last
+}
+
+// missedTo is the end (exclusive) of the slots that replicas starting
+// half a second after the slot down seconds after last plan to record
+// missed: the slots up to max_skew before their start are claimed live.
+func missedTo(last, down int64) int64 {
+	return time.Unix(last+down, 0).Add(500*time.Millisecond-scheduler.DefaultMaxSkew).Unix() + 1
+}
+
+// startGated starts replicas ids in turn, each once the one before has
+// registered and waits at its read of the jobs' states (so each knows of
+// those before it, as replicas that start a moment apart do), then lets
+// them all read the states (so they plan the same slots), and returns
+// them, and their gates to Redis's claims.
+func startGated(h *harness, ids []string, reg func() *jobs.Registry, table []scheduler.Job, misses *atomic.Int64) (map[string]*replica, map[string]chan struct{}) {
+	reps, sends := map[string]*replica{}, map[string]chan struct{}{}
+	var reads []chan struct{}
+	for _, id := range ids {
+		g := &gatedStore{read: make(chan struct{}), send: make(chan struct{}), misses: misses}
+		reads, sends[id] = append(reads, g.read), g.send
+		reps[id] = h.startWith(id, replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer {
+			g.Store = s
+			return g
+		}}, reg(), table)
+		synctest.Wait()
+	}
+	for _, read := range reads {
+		close(read)
+	}
+	synctest.Wait() // each has planned, and waits to send its first claims
+	return reps, sends
+}
+
+// Replicas that start together after an outage all plan the same slots to
+// record missed. Each sends first the slots it is the preferred replica of,
+// and reads the records of the rest before claiming them: Redis gets one
+// miss claim a slot, where it used to get one a slot from each replica.
+// The replicas register in turn (so the last knows of all, the first of
+// none), read the jobs' states together, and send in the other order, each
+// once the one before has sent its share; every read then finds what the
+// others recorded.
+func TestAnOutageIsRecordedOnceByReplicasThatStartTogether(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		const down = 60
+		table := []scheduler.Job{
+			{Name: "j", Schedule: "@every 1s", Catchup: scheduler.CatchupNone, MisfireGrace: 2 * time.Second, LeaseTTL: time.Second},
+			{Name: "k", Schedule: "@every 1s", Catchup: scheduler.CatchupNone, MisfireGrace: 2 * time.Second, LeaseTTL: time.Second},
+		}
+		reg := func() *jobs.Registry {
+			return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0), "k": recorder(h.rdb, "starts", 0)})
+		}
+		last := outageBacklog(t, h, reg, table, down)
+		var misses atomic.Int64
+		_, gates := startGated(h, []string{"a", "b", "c"}, reg, table, &misses)
+		for _, id := range []string{"c", "b", "a"} {
+			close(gates[id])
+			synctest.Wait() // its own share sent; the rest wait for the backstop's delay
+		}
+		time.Sleep(5 * time.Second) // past the backstop's delay: the postponed slots are read
+		end := missedTo(last, down)
+		planned := 2 * (end - 1 - last)
+		for _, job := range []string{"j", "k"} {
+			h.eachSlot(job, "starts", last+1, end, func(at int64, r slot.Record, starts int) {
+				if r.State != slot.StateMissed || starts != 0 {
+					t.Errorf("%s slot %s: %s, %d starts; want missed", job, clockOf(at), r.State, starts)
+				}
+			})
+		}
+		if n := misses.Load(); n != planned {
+			t.Errorf("Redis got %d miss claims from 3 replicas for %d slots missed in the outage; want one a slot", n, planned)
+		}
+	})
+}
+
+// A replica that registered, and so is some slots' preferred replica in
+// its peers' eyes, but never sends its share (it hangs as it starts) costs
+// those slots a backstop's delay, not their records: its peers read them
+// and claim them.
+func TestAnOutageIsRecordedWhenAPreferredReplicaNeverSendsItsShare(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		const down = 60
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", Catchup: scheduler.CatchupNone, MisfireGrace: 2 * time.Second, LeaseTTL: time.Second}}
+		reg := func() *jobs.Registry { return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0)}) }
+		last := outageBacklog(t, h, reg, table, down)
+		var misses atomic.Int64
+		_, gates := startGated(h, []string{"hung", "a", "b"}, reg, table, &misses)
+		for _, id := range []string{"a", "b"} { // hung never gets further, nor leaves the registry
+			close(gates[id])
+			synctest.Wait()
+		}
+		end := missedTo(last, down)
+		missing := 0
+		for at := last + 1; at < end; at++ {
+			if _, ok := h.record("j", at); !ok {
+				missing++
+			}
+		}
+		if missing == 0 {
+			t.Fatalf("every slot was recorded before the backstop's delay: none was left to the hung replica, so this test shows nothing")
+		}
+		t.Logf("%d of %d slots left to the hung replica", missing, end-1-last)
+		time.Sleep(5 * time.Second)
+		h.eachSlot("j", "starts", last+1, end, func(at int64, r slot.Record, starts int) {
+			if r.State != slot.StateMissed || starts != 0 {
+				t.Errorf("slot %s: %s, %d starts; want missed", clockOf(at), r.State, starts)
+			}
+		})
+		// Once a slot, but those left to the hung replica: a and b read
+		// those in the same instant, and may both claim them.
+		if n, slots := misses.Load(), end-1-last; n < slots || n > slots+int64(missing) {
+			t.Errorf("Redis got %d miss claims for %d slots, %d of them left to the hung replica; want one a slot, and at most two for those",
+				n, slots, missing)
+		}
+	})
+}
