@@ -83,3 +83,51 @@ func TestACatchupGoesOnAfterAStepMidRun(t *testing.T) {
 		}
 	})
 }
+
+// TestATriggerGoesOnAfterAStep: a replica's clock steps an hour ahead
+// (max_skew 1s) just before it is triggered, and is set right 3s later.
+// The loop measures the step before it queues the trigger's claim: queued
+// "now" on the stepped clock, the claim would be due an hour ahead of
+// Redis's clock, where the runner goes once it has measured the step, and
+// the caller would wait in vain. It is refused while the clock is off, and
+// runs once the clock is set right.
+func TestATriggerGoesOnAfterAStep(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		m := &manualRuns{runs: map[string]int{}, by: map[string]string{}}
+		fns := map[string]jobs.Func{"draw": m.fn(200 * time.Millisecond)}
+		table := []scheduler.Job{{Name: "draw", Schedule: "0 0 12 * * *"}} // noon: never during the test
+		// Probed each minute only: the step is measured by the loop, not by
+		// the clock loop.
+		r := h.start("a", registry(t, fns), table, scheduler.WithSkewLimits(500*time.Millisecond, time.Second),
+			scheduler.WithClockCheckEvery(time.Minute))
+		time.Sleep(2 * time.Second) // started, its loop waiting for noon
+		r.clock.step(time.Hour)
+		asked := time.Now()
+		type answer struct {
+			got scheduler.Triggered
+			err error
+		}
+		done := make(chan answer, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			got, err := r.s.Trigger(ctx, "draw", slot.Manual{ID: "after-the-step", By: "ops@host"})
+			done <- answer{got, err}
+		}()
+		time.Sleep(3 * time.Second)
+		r.clock.step(-time.Hour) // set right
+		fixed := time.Now()
+		a := <-done
+		if a.err != nil || a.got.Outcome != slot.OutcomeWon {
+			t.Fatalf("Trigger asked at %s, clock set right at +%v: %+v, %v; want won", asked.UTC().Format(time.TimeOnly),
+				fixed.Sub(asked), a.got, a.err)
+		}
+		if answered := time.Since(fixed); answered > 2*time.Second {
+			t.Errorf("Trigger won %v after the clock was set right; want within a refused claim's retry (1s)", answered)
+		}
+		time.Sleep(time.Second)
+		if n := m.count("m:after-the-step"); n != 1 {
+			t.Errorf("the triggered slot ran %d times; want once", n)
+		}
+	})
+}
