@@ -40,8 +40,12 @@ func (g *gatedStore) JobStates(ctx context.Context, names []string) (map[string]
 }
 
 func (g *gatedStore) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
-	if err := wait(ctx, g.send); err != nil {
-		return nil, err
+	if err := wait(ctx, g.send); err != nil { // as the store answers a batch that Redis did not
+		res := make([]slot.Result, len(claims))
+		for i := range res {
+			res[i].Err = err
+		}
+		return res, nil
 	}
 	for _, c := range claims {
 		if c.Kind == slot.ClaimMiss {
@@ -109,10 +113,10 @@ func startGated(h *harness, ids []string, reg func() *jobs.Registry, table []sch
 // record missed. Each sends first the slots it is the preferred replica of,
 // and reads the records of the rest before claiming them: Redis gets one
 // miss claim a slot, where it used to get one a slot from each replica.
-// The replicas register in turn (so the last knows of all, the first of
-// none), read the jobs' states together, and send in the other order, each
-// once the one before has sent its share; every read then finds what the
-// others recorded.
+// The replicas register in turn (so, as it registers, the last knows of
+// all, the first of none), read the jobs' states together, and send
+// together: the first learns of the others from the registry it reads
+// again once it has planned.
 func TestAnOutageIsRecordedOnceByReplicasThatStartTogether(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		const down = 60
@@ -126,10 +130,10 @@ func TestAnOutageIsRecordedOnceByReplicasThatStartTogether(t *testing.T) {
 		last := outageBacklog(t, h, reg, table, down)
 		var misses atomic.Int64
 		_, gates := startGated(h, []string{"a", "b", "c"}, reg, table, &misses)
-		for _, id := range []string{"c", "b", "a"} {
-			close(gates[id])
-			synctest.Wait() // its own share sent; the rest wait for the backstop's delay
+		for _, gate := range gates {
+			close(gate)
 		}
+		synctest.Wait()             // each has sent its own share; the rest wait for the backstop's delay
 		time.Sleep(5 * time.Second) // past the backstop's delay: the postponed slots are read
 		end := missedTo(last, down)
 		planned := 2 * (end - 1 - last)
@@ -185,5 +189,31 @@ func TestAnOutageIsRecordedWhenAPreferredReplicaNeverSendsItsShare(t *testing.T)
 			t.Errorf("Redis got %d miss claims for %d slots, %d of them left to the hung replica; want one a slot, and at most two for those",
 				n, slots, missing)
 		}
+	})
+}
+
+// A replica that stops while the claims of its outage's slots are in
+// flight records them as it stops: the claims cut off by the stop are no
+// longer in its backlog, and used to be dropped, leaving those slots with
+// no record.
+func TestAStopRecordsTheOutageSlotsItsClaimsCarried(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		const down = 60
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", Catchup: scheduler.CatchupNone, MisfireGrace: 2 * time.Second, LeaseTTL: time.Second}}
+		reg := func() *jobs.Registry { return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0)}) }
+		last := outageBacklog(t, h, reg, table, down)
+		var misses atomic.Int64
+		reps, gates := startGated(h, []string{"a"}, reg, table, &misses)
+		done := make(chan struct{})
+		go func() { reps["a"].stop(); close(done) }()
+		synctest.Wait() // the claims in flight cut off; the stop's own wait at the gate
+		close(gates["a"])
+		<-done
+		end := missedTo(last, down)
+		h.eachSlot("j", "starts", last+1, end, func(at int64, r slot.Record, starts int) {
+			if r.State != slot.StateMissed || starts != 0 {
+				t.Errorf("slot %s: %s, %d starts; want missed", clockOf(at), r.State, starts)
+			}
+		})
 	})
 }

@@ -747,6 +747,10 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 		p.claim.MaxEarly = 0
 		p.due = now
 		heap.Push(&r.queue, p)
+	case d.backoff && ctx.Err() != nil && p.claim.Kind == slot.ClaimMiss:
+		// Shutting down, cut off in flight: a slot of the backlog is no
+		// longer in it, and the stop records what the queue holds.
+		heap.Push(&r.queue, p)
 	case d.backoff && ctx.Err() == nil: // shutting down: nothing more is claimed
 		p.tries++
 		// The claim may have won with its reply lost: only the claim script

@@ -97,6 +97,18 @@ func (r *runner) startup(ctx context.Context) bool {
 		r.logUnrecorded(j, p)
 	}
 	r.planOlder(start, r.s.jobs, states) // runs that replicas of an older protocol still finish
+	if len(r.backlog) > 0 {
+		// Whom this replica knows of is the registry it read as it
+		// registered: of replicas that start together, the first knew of
+		// none of the others, and would send every slot of the backlog as
+		// its own share (drainBacklog). Read again, they have registered
+		// meanwhile. A heartbeat that fails leaves the registry as it was.
+		hctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+		if err := r.s.heartbeat(hctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("cannot read the registry again before recording the outage's slots: sending them as this replica knows its peers", "error", err)
+		}
+		cancel()
+	}
 	r.log.Info("scheduler started", "jobs", len(r.s.jobs))
 	return true
 }
