@@ -587,3 +587,126 @@ func benchFloor(b *testing.B, nslots, ticks, clients int) {
 		b.ReportMetric(float64(commandCalls(stats))/slots, "redis-calls/slot")
 	}
 }
+
+// missCounter counts the miss claims that reach Redis's claim script, and
+// when the last was sent.
+type missCounter struct {
+	*slotstore.Store
+	n, last *atomic.Int64
+}
+
+func (m missCounter) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	var n int64
+	for _, c := range claims {
+		if c.Kind == slot.ClaimMiss {
+			n++
+		}
+	}
+	if n > 0 {
+		m.n.Add(n)
+		m.last.Store(time.Now().UnixNano())
+	}
+	return m.Store.Claim(ctx, claims)
+}
+
+// BenchmarkOutageStart: 5 replicas of a table of 100 jobs due every 10s
+// (catchup: none) start together after every replica was down for
+// 100 minutes, so each plans the same 60,000 slots to record missed. It
+// reports what recording them cost Redis (CPU, all of it and net of an
+// idle twin's), the miss claims that reached Redis per slot, and how long
+// after the start the last was sent; and checks that every slot of the
+// outage has its missed record. bench/ab-outage.sh runs it for two
+// revisions side by side.
+//
+//	go test -run '^$' -bench OutageStart -benchtime 1x ./scheduler
+func BenchmarkOutageStart(b *testing.B) {
+	const njobs, replicas, every, down = 100, 5, 10, 6000
+	for range b.N {
+		srv := redistest.Start(b)
+		twin := redistest.StartOwned(b)
+		prefix := srv.Key("outage")
+		admin := redis.NewClient(srv.Options())
+		defer admin.Close()
+		seed, err := slotstore.New(admin, prefix)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reg := jobs.NewRegistry()
+		var table []scheduler.Job
+		for i := range njobs {
+			name := fmt.Sprintf("job%03d", i)
+			reg.Register(name, func(context.Context, jobs.Run) error { return nil })
+			table = append(table, scheduler.Job{Name: name, Schedule: fmt.Sprintf("@every %ds", every), Catchup: scheduler.CatchupNone,
+				MisfireGrace: 2 * time.Second, LeaseTTL: 2 * time.Second})
+		}
+		// The last slot before the outage, recorded for each job: the
+		// replicas plan from it.
+		last := time.Now().Add(-down * time.Second).Truncate(every * time.Second)
+		var seedClaims []slot.Claim
+		for _, j := range table {
+			seedClaims = append(seedClaims, slot.Claim{Kind: slot.ClaimMiss, Job: j.Name, Slot: last, Replica: "seed", Retention: 24 * time.Hour})
+		}
+		if res, err := seed.Claim(context.Background(), seedClaims); err != nil || res[0].Err != nil {
+			b.Fatalf("seeding the jobs' last slots: %v %v", err, res[0].Err)
+		}
+		var sent, lastSent atomic.Int64
+		started := time.Now()
+		planned := started.Add(-scheduler.DefaultMaxSkew) // the slots up to here are recorded missed
+		_, redisCPU0, _ := cpuNow(b, srv)
+		_, idleCPU0, _ := cpuNow(b, twin)
+		var stops []func()
+		for r := range replicas {
+			rdb := redis.NewClient(srv.Options())
+			store, _ := slotstore.New(rdb, prefix)
+			s, err := scheduler.New(missCounter{store, &sent, &lastSent}, reg, scheduler.WithJobs(table...), scheduler.WithReplicaID(fmt.Sprint("r", r)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { s.Run(ctx); close(done) }()
+			stops = append(stops, func() { cancel(); <-done; rdb.Close() })
+		}
+		// Done when no miss claim has gone for 2s (the postponed slots go
+		// half a second after a replica's own share or more).
+		for deadline := started.Add(5 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			if l := lastSent.Load(); l != 0 && time.Since(time.Unix(0, l)) > 2*time.Second {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("still sending miss claims after %v", time.Since(started))
+			}
+		}
+		took := time.Unix(0, lastSent.Load()).Sub(started)
+		_, redisCPU1, _ := cpuNow(b, srv)
+		_, idleCPU1, _ := cpuNow(b, twin)
+		for _, stop := range stops {
+			stop()
+		}
+		var check []slot.Claim
+		for _, j := range table {
+			for at := last.Add(every * time.Second); !at.After(planned); at = at.Add(every * time.Second) {
+				check = append(check, slot.Claim{Job: j.Name, Slot: at})
+			}
+		}
+		for i := 0; i < len(check); i += 5000 {
+			part := check[i:min(i+5000, len(check))]
+			recs, err := seed.Peek(context.Background(), part)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for k, rec := range recs {
+				if rec.State != slot.StateMissed {
+					b.Fatalf("%s slot %s of the outage: %q, want missed", part[k].Job, part[k].Slot.UTC().Format(time.TimeOnly), rec.State)
+				}
+			}
+		}
+		slots := float64(len(check))
+		b.ReportMetric(slots, "slots")
+		b.ReportMetric(float64(sent.Load())/slots, "miss-claims/slot")
+		b.ReportMetric(float64(redisCPU1-redisCPU0)/1e6, "redis-cpu-ms")
+		b.ReportMetric(float64(redisCPU1-redisCPU0-(idleCPU1-idleCPU0))/1e6, "redis-net-ms")
+		b.ReportMetric(float64(redisCPU1-redisCPU0-(idleCPU1-idleCPU0))/1e3/slots, "redis-net-us/slot")
+		b.ReportMetric(took.Seconds(), "last-claim-s")
+	}
+}
