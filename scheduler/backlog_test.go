@@ -13,14 +13,15 @@ import (
 	"github.com/slotcron/slotcron/slotstore"
 )
 
-// gatedStore holds a replica's start at its read of the jobs' states until
-// the test opens read (after it has registered), and its claims and reads
-// of records until it opens send; and counts, across the replicas that
+// gatedStore holds a replica at its read of the jobs' states until the
+// test opens states (after the replica has registered), at its reads of
+// records until it opens peek, and at its claims of batches that carry a
+// miss claim until it opens claim; and counts, across the replicas that
 // share its counter, the miss claims that reach Redis's claim script.
 type gatedStore struct {
 	*slotstore.Store
-	read, send chan struct{}
-	misses     *atomic.Int64
+	states, peek, claim chan struct{}
+	misses              *atomic.Int64
 }
 
 func wait(ctx context.Context, gate chan struct{}) error {
@@ -33,33 +34,45 @@ func wait(ctx context.Context, gate chan struct{}) error {
 }
 
 func (g *gatedStore) JobStates(ctx context.Context, names []string) (map[string]slot.JobState, error) {
-	if err := wait(ctx, g.read); err != nil {
+	if err := wait(ctx, g.states); err != nil {
 		return nil, err
 	}
 	return g.Store.JobStates(ctx, names)
 }
 
 func (g *gatedStore) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
-	if err := wait(ctx, g.send); err != nil { // as the store answers a batch that Redis did not
+	n := 0
+	for _, c := range claims {
+		if c.Kind == slot.ClaimMiss {
+			n++
+		}
+	}
+	if n == 0 {
+		return g.Store.Claim(ctx, claims)
+	}
+	if err := wait(ctx, g.claim); err != nil { // as the store answers a batch that Redis did not
 		res := make([]slot.Result, len(claims))
 		for i := range res {
 			res[i].Err = err
 		}
 		return res, nil
 	}
-	for _, c := range claims {
-		if c.Kind == slot.ClaimMiss {
-			g.misses.Add(1)
-		}
-	}
+	g.misses.Add(int64(n))
 	return g.Store.Claim(ctx, claims)
 }
 
 func (g *gatedStore) Peek(ctx context.Context, claims []slot.Claim) ([]slot.Record, error) {
-	if err := wait(ctx, g.send); err != nil {
+	if err := wait(ctx, g.peek); err != nil {
 		return nil, err
 	}
 	return g.Store.Peek(ctx, claims)
+}
+
+// open opens gates.
+func open(gates ...chan struct{}) {
+	for _, g := range gates {
+		close(g)
+	}
 }
 
 // outageBacklog runs one replica of table for a few slots, stops it, and
@@ -89,24 +102,23 @@ func missedTo(last, down int64) int64 {
 // registered and waits at its read of the jobs' states (so each knows of
 // those before it, as replicas that start a moment apart do), then lets
 // them all read the states (so they plan the same slots), and returns
-// them, and their gates to Redis's claims.
-func startGated(h *harness, ids []string, reg func() *jobs.Registry, table []scheduler.Job, misses *atomic.Int64) (map[string]*replica, map[string]chan struct{}) {
-	reps, sends := map[string]*replica{}, map[string]chan struct{}{}
-	var reads []chan struct{}
+// them, and their stores, whose reads of records and miss claims wait.
+func startGated(h *harness, ids []string, reg func() *jobs.Registry, table []scheduler.Job, misses *atomic.Int64) (map[string]*replica, map[string]*gatedStore) {
+	reps, gates := map[string]*replica{}, map[string]*gatedStore{}
 	for _, id := range ids {
-		g := &gatedStore{read: make(chan struct{}), send: make(chan struct{}), misses: misses}
-		reads, sends[id] = append(reads, g.read), g.send
+		g := &gatedStore{states: make(chan struct{}), peek: make(chan struct{}), claim: make(chan struct{}), misses: misses}
+		gates[id] = g
 		reps[id] = h.startWith(id, replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer {
 			g.Store = s
 			return g
 		}}, reg(), table)
 		synctest.Wait()
 	}
-	for _, read := range reads {
-		close(read)
+	for _, g := range gates {
+		open(g.states)
 	}
-	synctest.Wait() // each has planned, and waits to send its first claims
-	return reps, sends
+	synctest.Wait() // each has planned, and waits to read its first records
+	return reps, gates
 }
 
 // Replicas that start together after an outage all plan the same slots to
@@ -114,9 +126,10 @@ func startGated(h *harness, ids []string, reg func() *jobs.Registry, table []sch
 // and reads the records of the rest before claiming them: Redis gets one
 // miss claim a slot, where it used to get one a slot from each replica.
 // The replicas register in turn (so, as it registers, the last knows of
-// all, the first of none), read the jobs' states together, and send
+// all, the first of none), read the jobs' states together, read the
+// records of their own shares together (finding none), then claim
 // together: the first learns of the others from the registry it reads
-// again once it has planned.
+// again once it has planned, or it would claim every slot.
 func TestAnOutageIsRecordedOnceByReplicasThatStartTogether(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
 		const down = 60
@@ -130,8 +143,12 @@ func TestAnOutageIsRecordedOnceByReplicasThatStartTogether(t *testing.T) {
 		last := outageBacklog(t, h, reg, table, down)
 		var misses atomic.Int64
 		_, gates := startGated(h, []string{"a", "b", "c"}, reg, table, &misses)
-		for _, gate := range gates {
-			close(gate)
+		for _, g := range gates {
+			open(g.peek)
+		}
+		synctest.Wait() // each has read the records of its own share, and waits to claim them
+		for _, g := range gates {
+			open(g.claim)
 		}
 		synctest.Wait()             // each has sent its own share; the rest wait for the backstop's delay
 		time.Sleep(5 * time.Second) // past the backstop's delay: the postponed slots are read
@@ -163,7 +180,7 @@ func TestAnOutageIsRecordedWhenAPreferredReplicaNeverSendsItsShare(t *testing.T)
 		var misses atomic.Int64
 		_, gates := startGated(h, []string{"hung", "a", "b"}, reg, table, &misses)
 		for _, id := range []string{"a", "b"} { // hung never gets further, nor leaves the registry
-			close(gates[id])
+			open(gates[id].peek, gates[id].claim)
 			synctest.Wait()
 		}
 		end := missedTo(last, down)
@@ -204,10 +221,12 @@ func TestAStopRecordsTheOutageSlotsItsClaimsCarried(t *testing.T) {
 		last := outageBacklog(t, h, reg, table, down)
 		var misses atomic.Int64
 		reps, gates := startGated(h, []string{"a"}, reg, table, &misses)
+		open(gates["a"].peek)
+		synctest.Wait() // its miss claims in flight
 		done := make(chan struct{})
 		go func() { reps["a"].stop(); close(done) }()
 		synctest.Wait() // the claims in flight cut off; the stop's own wait at the gate
-		close(gates["a"])
+		open(gates["a"].claim)
 		<-done
 		end := missedTo(last, down)
 		h.eachSlot("j", "starts", last+1, end, func(at int64, r slot.Record, starts int) {

@@ -679,6 +679,9 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 			msg: "catch-up slot not run: it waited longer than its retention since this replica planned it, so a peer may have run it " +
 				"and its record expired; running it could run it twice, and it keeps no record"}
 	}
+	if d.backoff && ctx.Err() != nil && c.Kind == slot.ClaimMiss { // not retried: the stop records it (below)
+		d.level, d.msg = slog.LevelDebug, "miss claim cut off by the stop: the stop records the slot"
+	}
 	r.s.tel.claimed(j.metrics, d.outcome)
 	if res.Unreplicated {
 		r.s.tel.unreplicated(j.Name)

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -102,9 +103,15 @@ func (r *runner) startup(ctx context.Context) bool {
 		// registered: of replicas that start together, the first knew of
 		// none of the others, and would send every slot of the backlog as
 		// its own share (drainBacklog). Read again, they have registered
-		// meanwhile. A heartbeat that fails leaves the registry as it was.
-		hctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
-		if err := r.s.heartbeat(hctx); err != nil && ctx.Err() == nil {
+		// meanwhile. A heartbeat that fails leaves the registry as it was;
+		// it waits a second at most, as live slots may be due.
+		hctx, cancel := context.WithTimeout(ctx, min(r.s.cfg.claimTimeout, time.Second))
+		switch err := r.s.heartbeat(hctx); {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, slot.ErrDuplicateReplica):
+			r.s.tel.duplicate()
+			r.log.Error("another live process now uses this replica's ID: records, leases and logs can't tell them apart", "error", err)
+		default:
 			r.log.Warn("cannot read the registry again before recording the outage's slots: sending them as this replica knows its peers", "error", err)
 		}
 		cancel()
