@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs BenchmarkOutageStart (5 replicas of 100 jobs starting together after
-# a 100-minute outage: 60,000 slots to record missed) for an older revision
+# a 100-minute outage: about 60,000 slots to record missed) for an older revision
 # and for the working tree, alternating, ROUNDS times each, and prints each
 # round and the medians side by side: the miss claims that reached Redis
 # per slot, Redis's CPU for the whole start (all of it, and net of an idle
@@ -24,7 +24,12 @@ metrics="slots miss-claims/slot redis-cpu-ms redis-net-ms redis-net-us/slot last
 cd scheduler
 for _ in $(seq "$rounds"); do
   for v in old new; do
-    "$tmp/$v.test" -test.run '^$' -test.bench 'OutageStart' -test.benchtime 1x -test.timeout 30m | grep '^Benchmark' |
+    if ! "$tmp/$v.test" -test.run '^$' -test.bench 'OutageStart' -test.benchtime 1x -test.timeout 30m >"$tmp/$v.log" 2>&1; then
+      echo "$v: the benchmark failed:" >&2
+      cat "$tmp/$v.log" >&2
+      exit 1
+    fi
+    grep '^Benchmark' "$tmp/$v.log" |
       awk -v v="$v" -v metrics="$metrics" '{ for (i = 1; i <= NF; i++) m[$i] = $(i-1)
         n = split(metrics, names, " "); line = v; for (k = 1; k <= n; k++) line = line " " names[k] " " m[names[k]]; print line }'
   done
