@@ -312,3 +312,65 @@ func TestSpreadBackstopWhoseLookFails(t *testing.T) {
 		}
 	})
 }
+
+// TestSpreadOwnerLeavesWithItsHedgersAfterAStep: as
+// TestSpreadOwnerLeavesWithItsHedgers, but the clocks of the two replicas
+// left step an hour ahead after the cut, before the registry drops the
+// three. The loop measures the step before it handles the departure: noted
+// "now" on the stepped clock, the read of every job's state would be due an
+// hour ahead of Redis's clock, where the runner goes once it has measured
+// the step, and the slot would wait for the next departure (the two
+// stepped replicas dropping out of each other's candidates, a heartbeat
+// later). Takeovers go on while a replica's clock is off: Redis's clock
+// decides whether the owner's lease has run out.
+func TestSpreadOwnerLeavesWithItsHedgersAfterAStep(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		table := []scheduler.Job{{Name: "long", Schedule: "@every 1m", LeaseTTL: 10 * time.Second}}
+		ids := []string{"r1", "r2", "r3", "r4", "r5"}
+		at := nextSecond(0).Add(time.Minute).Truncate(time.Minute)
+		long := holdsSlot(at)
+		reps := map[string]*replica{}
+		for _, id := range ids {
+			// Probed each minute only (just before the slot): the step is
+			// measured by the loop, not by the clock loop.
+			reps[id] = h.start(id, registry(t, map[string]jobs.Func{"long": long}), table, scheduler.WithHedge(hedge),
+				scheduler.WithClockCheckEvery(time.Minute))
+		}
+		sleepUntil(at.Add(2 * time.Second)) // it runs, and its hedgers have read its record
+		synctest.Wait()
+		var gone, left []string
+		for _, id := range ids {
+			if scheduler.Rank(ids, id, "long", at) <= 2 {
+				reps[id].net.freeze()
+				gone = append(gone, id)
+			} else {
+				left = append(left, id)
+			}
+		}
+		defer func() {
+			for _, id := range gone {
+				reps[id].net.thaw()
+			}
+		}()
+		rec, ok := h.record("long", at.Unix())
+		if !ok || rec.State != slot.StateRunning || rec.Owner != gone[0] && rec.Owner != gone[1] && rec.Owner != gone[2] {
+			t.Fatalf("slot %v before the cut: %+v (%v); want running, on one of %v", at.UTC(), rec, ok, gone)
+		}
+		// After the first periodic read of the running slots (at most 66s
+		// after the start), and with nothing due on the two left before
+		// the registry drops the three: 15s after their last heartbeat (at
+		// the slot's time), seen at the others' heartbeat then. The owner's
+		// lease has run out by then (10s).
+		sleepUntil(at.Add(8 * time.Second))
+		for _, id := range left {
+			reps[id].clock.step(time.Hour)
+		}
+		dropped := at.Add(3 * scheduler.DefaultHeartbeatEvery)
+		sleepUntil(dropped.Add(scheduler.DefaultHeartbeatEvery / 2)) // a watch settles it within a second; the next departure is a heartbeat later
+		synctest.Wait()
+		if rec, _ := h.record("long", at.Unix()); rec.State != slot.StateAbandoned {
+			t.Errorf("slot %v, %v after its owner and hedgers (%v) dropped out of the registry, the others' clocks stepped: %s by %s; want abandoned by one of %v",
+				at.UTC(), scheduler.DefaultHeartbeatEvery/2, gone, rec.State, rec.Owner, left)
+		}
+	})
+}
