@@ -156,6 +156,39 @@ func holdsSlot(at time.Time) jobs.Func {
 	}
 }
 
+// ownerAndHedgersCut starts five replicas of a job due every minute that
+// runs until it is cancelled (lease TTL 10s), with opts; once its next
+// slot runs, and its hedgers have read its record, it cuts its owner and
+// both hedgers (the only replicas that read its record, and so watch it)
+// off from Redis. It returns the replicas, the slot's time, the IDs of
+// those cut off and of the others.
+func ownerAndHedgersCut(t *testing.T, h *harness, opts ...scheduler.Option) (reps map[string]*replica, at time.Time, gone, left []string) {
+	t.Helper()
+	table := []scheduler.Job{{Name: "long", Schedule: "@every 1m", LeaseTTL: 10 * time.Second}}
+	ids := []string{"r1", "r2", "r3", "r4", "r5"}
+	at = nextSecond(0).Add(time.Minute).Truncate(time.Minute)
+	long := holdsSlot(at)
+	reps = map[string]*replica{}
+	for _, id := range ids {
+		reps[id] = h.start(id, registry(t, map[string]jobs.Func{"long": long}), table, append([]scheduler.Option{scheduler.WithHedge(hedge)}, opts...)...)
+	}
+	sleepUntil(at.Add(2 * time.Second)) // it runs, and its hedgers have read its record
+	synctest.Wait()
+	for _, id := range ids {
+		if scheduler.Rank(ids, id, "long", at) <= 2 {
+			reps[id].net.freeze() // thawed as it stops
+			gone = append(gone, id)
+		} else {
+			left = append(left, id)
+		}
+	}
+	rec, ok := h.record("long", at.Unix())
+	if !ok || rec.State != slot.StateRunning || rec.Owner != gone[0] && rec.Owner != gone[1] && rec.Owner != gone[2] {
+		t.Fatalf("slot %v before the cut: %+v (%v); want running, on one of %v", at.UTC(), rec, ok, gone)
+	}
+	return reps, at, gone, left
+}
+
 // TestSpreadOwnerLeavesWithItsHedgers: five replicas of a long job. Once a
 // slot runs, its owner and both of its hedgers (the only replicas that
 // read its record, and so watch it) are cut off from Redis. When the
@@ -164,37 +197,13 @@ func holdsSlot(at time.Time) jobs.Func {
 // it ends abandoned, not running with nobody to look at it.
 func TestSpreadOwnerLeavesWithItsHedgers(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
-		table := []scheduler.Job{{Name: "long", Schedule: "@every 1m", LeaseTTL: 10 * time.Second}}
-		ids := []string{"r1", "r2", "r3", "r4", "r5"}
-		at := nextSecond(0).Add(time.Minute).Truncate(time.Minute)
-		long := holdsSlot(at)
-		reps := map[string]*replica{}
-		for _, id := range ids {
-			reps[id] = h.start(id, registry(t, map[string]jobs.Func{"long": long}), table, scheduler.WithHedge(hedge))
-		}
-		sleepUntil(at.Add(2 * time.Second)) // it runs, and its hedgers have read its record
-		synctest.Wait()
-		var gone []string
-		for _, id := range ids {
-			if scheduler.Rank(ids, id, "long", at) <= 2 {
-				reps[id].net.freeze()
-				gone = append(gone, id)
-			}
-		}
-		rec, ok := h.record("long", at.Unix())
-		if !ok || rec.State != slot.StateRunning || rec.Owner != gone[0] && rec.Owner != gone[1] && rec.Owner != gone[2] {
-			t.Fatalf("slot %v before the cut: %+v (%v); want running, on one of %v", at.UTC(), rec, ok, gone)
-		}
+		_, at, gone, _ := ownerAndHedgersCut(t, h)
 		// Dropped after three heartbeats, seen dropped at the next, then
 		// one lease TTL and a watch.
 		sleepUntil(at.Add(2*time.Second + 4*scheduler.DefaultHeartbeatEvery + 10*time.Second + 5*time.Second))
 		synctest.Wait()
-		rec, _ = h.record("long", at.Unix())
-		if rec.State != slot.StateAbandoned {
+		if rec, _ := h.record("long", at.Unix()); rec.State != slot.StateAbandoned {
 			t.Errorf("slot %v after its owner and hedgers (%v) left: %s by %s; want abandoned by one of the others", at.UTC(), gone, rec.State, rec.Owner)
-		}
-		for _, id := range gone {
-			reps[id].net.thaw()
 		}
 	})
 }
@@ -325,37 +334,9 @@ func TestSpreadBackstopWhoseLookFails(t *testing.T) {
 // decides whether the owner's lease has run out.
 func TestSpreadOwnerLeavesWithItsHedgersAfterAStep(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
-		table := []scheduler.Job{{Name: "long", Schedule: "@every 1m", LeaseTTL: 10 * time.Second}}
-		ids := []string{"r1", "r2", "r3", "r4", "r5"}
-		at := nextSecond(0).Add(time.Minute).Truncate(time.Minute)
-		long := holdsSlot(at)
-		reps := map[string]*replica{}
-		for _, id := range ids {
-			// Probed each minute only (just before the slot): the step is
-			// measured by the loop, not by the clock loop.
-			reps[id] = h.start(id, registry(t, map[string]jobs.Func{"long": long}), table, scheduler.WithHedge(hedge),
-				scheduler.WithClockCheckEvery(time.Minute))
-		}
-		sleepUntil(at.Add(2 * time.Second)) // it runs, and its hedgers have read its record
-		synctest.Wait()
-		var gone, left []string
-		for _, id := range ids {
-			if scheduler.Rank(ids, id, "long", at) <= 2 {
-				reps[id].net.freeze()
-				gone = append(gone, id)
-			} else {
-				left = append(left, id)
-			}
-		}
-		defer func() {
-			for _, id := range gone {
-				reps[id].net.thaw()
-			}
-		}()
-		rec, ok := h.record("long", at.Unix())
-		if !ok || rec.State != slot.StateRunning || rec.Owner != gone[0] && rec.Owner != gone[1] && rec.Owner != gone[2] {
-			t.Fatalf("slot %v before the cut: %+v (%v); want running, on one of %v", at.UTC(), rec, ok, gone)
-		}
+		// Probed each minute only (just before the slot): the step is
+		// measured by the loop, not by the clock loop.
+		reps, at, gone, left := ownerAndHedgersCut(t, h, scheduler.WithClockCheckEvery(time.Minute))
 		// After the first periodic read of the running slots (at most 66s
 		// after the start), and with nothing due on the two left before
 		// the registry drops the three: 15s after their last heartbeat (at

@@ -294,17 +294,24 @@ func (r *runner) register(ctx context.Context) error {
 // heartbeatLoop publishes this replica every period until ctx ends.
 func (r *runner) heartbeatLoop(ctx context.Context) {
 	for r.sleep(ctx, r.s.cfg.heartbeatEvery) {
-		hctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
-		err := r.s.heartbeat(hctx)
-		cancel()
-		switch {
-		case err == nil || ctx.Err() != nil:
-		case errors.Is(err, slot.ErrDuplicateReplica):
-			r.s.tel.duplicate()
-			r.log.Error("another live process now uses this replica's ID: records, leases and logs can't tell them apart", "error", err)
-		default:
-			r.log.Warn("heartbeat failed", "error", err)
-		}
+		r.beat(ctx, r.s.cfg.claimTimeout, "heartbeat failed")
+	}
+}
+
+// beat publishes this replica once, waiting up to timeout, and reports a
+// failure: another live process with its ID at ERROR (and its metric),
+// any other with failed, at WARN.
+func (r *runner) beat(ctx context.Context, timeout time.Duration, failed string) {
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	err := r.s.heartbeat(hctx)
+	cancel()
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case errors.Is(err, slot.ErrDuplicateReplica):
+		r.s.tel.duplicate()
+		r.log.Error("another live process now uses this replica's ID: records, leases and logs can't tell them apart", "error", err)
+	default:
+		r.log.Warn(failed, "error", err)
 	}
 }
 

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"container/heap"
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -105,16 +104,8 @@ func (r *runner) startup(ctx context.Context) bool {
 		// its own share (drainBacklog). Read again, they have registered
 		// meanwhile. A heartbeat that fails leaves the registry as it was;
 		// it waits a second at most, as live slots may be due.
-		hctx, cancel := context.WithTimeout(ctx, min(r.s.cfg.claimTimeout, time.Second))
-		switch err := r.s.heartbeat(hctx); {
-		case err == nil || ctx.Err() != nil:
-		case errors.Is(err, slot.ErrDuplicateReplica):
-			r.s.tel.duplicate()
-			r.log.Error("another live process now uses this replica's ID: records, leases and logs can't tell them apart", "error", err)
-		default:
-			r.log.Warn("cannot read the registry again before recording the outage's slots: sending them as this replica knows its peers", "error", err)
-		}
-		cancel()
+		r.beat(ctx, min(r.s.cfg.claimTimeout, time.Second),
+			"cannot read the registry again before recording the outage's slots: sending them as this replica knows its peers")
 	}
 	r.log.Info("scheduler started", "jobs", len(r.s.jobs))
 	return true
