@@ -21,7 +21,13 @@ import (
 type gatedStore struct {
 	*slotstore.Store
 	states, peek, claim chan struct{}
-	misses              *atomic.Int64
+	// read is where a read of the jobs' states waits once it has its
+	// answer: shared, so that every replica has planned from the same
+	// states before one claims a live slot (which moves them on).
+	read   chan struct{}
+	misses *atomic.Int64
+	// hold, once set, is one more gate that miss claims wait at.
+	hold atomic.Pointer[chan struct{}]
 }
 
 func wait(ctx context.Context, gate chan struct{}) error {
@@ -37,7 +43,11 @@ func (g *gatedStore) JobStates(ctx context.Context, names []string) (map[string]
 	if err := wait(ctx, g.states); err != nil {
 		return nil, err
 	}
-	return g.Store.JobStates(ctx, names)
+	states, err := g.Store.JobStates(ctx, names)
+	if err == nil {
+		err = wait(ctx, g.read)
+	}
+	return states, err
 }
 
 func (g *gatedStore) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
@@ -50,7 +60,11 @@ func (g *gatedStore) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Res
 	if n == 0 {
 		return g.Store.Claim(ctx, claims)
 	}
-	if err := wait(ctx, g.claim); err != nil { // as the store answers a batch that Redis did not
+	err := wait(ctx, g.claim)
+	if hold := g.hold.Load(); err == nil && hold != nil {
+		err = wait(ctx, *hold)
+	}
+	if err != nil { // as the store answers a batch that Redis did not
 		res := make([]slot.Result, len(claims))
 		for i := range res {
 			res[i].Err = err
@@ -98,15 +112,28 @@ func missedTo(last, down int64) int64 {
 	return time.Unix(last+down, 0).Add(500*time.Millisecond-scheduler.DefaultMaxSkew).Unix() + 1
 }
 
+// allMissed fails t unless every slot of job in [from, to) is recorded
+// missed, and never started (the jobs record their starts in "starts").
+func allMissed(t *testing.T, h *harness, job string, from, to int64) {
+	t.Helper()
+	h.eachSlot(job, "starts", from, to, func(at int64, r slot.Record, starts int) {
+		if r.State != slot.StateMissed || starts != 0 {
+			t.Errorf("%s slot %s: %s, %d starts; want missed", job, clockOf(at), r.State, starts)
+		}
+	})
+}
+
 // startGated starts replicas ids in turn, each once the one before has
 // registered and waits at its read of the jobs' states (so each knows of
 // those before it, as replicas that start a moment apart do), then lets
-// them all read the states (so they plan the same slots), and returns
-// them, and their stores, whose reads of records and miss claims wait.
+// them all read the states, and go on once all have (so they plan the same
+// slots), and returns them, and their stores, whose reads of records and
+// miss claims wait.
 func startGated(h *harness, ids []string, reg func() *jobs.Registry, table []scheduler.Job, misses *atomic.Int64) (map[string]*replica, map[string]*gatedStore) {
 	reps, gates := map[string]*replica{}, map[string]*gatedStore{}
+	read := make(chan struct{})
 	for _, id := range ids {
-		g := &gatedStore{states: make(chan struct{}), peek: make(chan struct{}), claim: make(chan struct{}), misses: misses}
+		g := &gatedStore{states: make(chan struct{}), read: read, peek: make(chan struct{}), claim: make(chan struct{}), misses: misses}
 		gates[id] = g
 		reps[id] = h.startWith(id, replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer {
 			g.Store = s
@@ -117,6 +144,8 @@ func startGated(h *harness, ids []string, reg func() *jobs.Registry, table []sch
 	for _, g := range gates {
 		open(g.states)
 	}
+	synctest.Wait() // each has read the same states
+	open(read)
 	synctest.Wait() // each has planned, and waits to read its first records
 	return reps, gates
 }
@@ -155,11 +184,7 @@ func TestAnOutageIsRecordedOnceByReplicasThatStartTogether(t *testing.T) {
 		end := missedTo(last, down)
 		planned := 2 * (end - 1 - last)
 		for _, job := range []string{"j", "k"} {
-			h.eachSlot(job, "starts", last+1, end, func(at int64, r slot.Record, starts int) {
-				if r.State != slot.StateMissed || starts != 0 {
-					t.Errorf("%s slot %s: %s, %d starts; want missed", job, clockOf(at), r.State, starts)
-				}
-			})
+			allMissed(t, h, job, last+1, end)
 		}
 		if n := misses.Load(); n != planned {
 			t.Errorf("Redis got %d miss claims from 3 replicas for %d slots missed in the outage; want one a slot", n, planned)
@@ -183,6 +208,12 @@ func TestAnOutageIsRecordedWhenAPreferredReplicaNeverSendsItsShare(t *testing.T)
 			open(gates[id].peek, gates[id].claim)
 			synctest.Wait()
 		}
+		// From here on, a's and b's miss claims wait until both have read
+		// the records of the slots they claim first of hung's share: were
+		// they the same slots, both would claim them.
+		hold := make(chan struct{})
+		gates["a"].hold.Store(&hold)
+		gates["b"].hold.Store(&hold)
 		end := missedTo(last, down)
 		missing := 0
 		for at := last + 1; at < end; at++ {
@@ -194,17 +225,15 @@ func TestAnOutageIsRecordedWhenAPreferredReplicaNeverSendsItsShare(t *testing.T)
 			t.Fatalf("every slot was recorded before the backstop's delay: none was left to the hung replica, so this test shows nothing")
 		}
 		t.Logf("%d of %d slots left to the hung replica", missing, end-1-last)
+		time.Sleep(scheduler.BackstopAfter + 100*time.Millisecond) // a's and b's first later slots read, their claims held
+		synctest.Wait()
+		open(hold)
 		time.Sleep(5 * time.Second)
-		h.eachSlot("j", "starts", last+1, end, func(at int64, r slot.Record, starts int) {
-			if r.State != slot.StateMissed || starts != 0 {
-				t.Errorf("slot %s: %s, %d starts; want missed", clockOf(at), r.State, starts)
-			}
-		})
-		// Once a slot, but those left to the hung replica: a and b read
-		// those in the same instant, and may both claim them.
-		if n, slots := misses.Load(), end-1-last; n < slots || n > slots+int64(missing) {
-			t.Errorf("Redis got %d miss claims for %d slots, %d of them left to the hung replica; want one a slot, and at most two for those",
-				n, slots, missing)
+		allMissed(t, h, "j", last+1, end)
+		// Once a slot, those left to the hung replica too: the next in
+		// line for each claims it, and the other reads it a delay later.
+		if n, slots := misses.Load(), end-1-last; n != slots {
+			t.Errorf("Redis got %d miss claims for %d slots, %d of them left to the hung replica; want one a slot", n, slots, missing)
 		}
 	})
 }
@@ -229,10 +258,6 @@ func TestAStopRecordsTheOutageSlotsItsClaimsCarried(t *testing.T) {
 		open(gates["a"].claim)
 		<-done
 		end := missedTo(last, down)
-		h.eachSlot("j", "starts", last+1, end, func(at int64, r slot.Record, starts int) {
-			if r.State != slot.StateMissed || starts != 0 {
-				t.Errorf("slot %s: %s, %d starts; want missed", clockOf(at), r.State, starts)
-			}
-		})
+		allMissed(t, h, "j", last+1, end)
 	})
 }

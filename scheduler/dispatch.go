@@ -130,8 +130,8 @@ func (r *runner) nextDue(ahead time.Duration) time.Time {
 	}
 	if len(r.backlog) > 0 {
 		// Now, until the slots this replica sends first are sent; then,
-		// the others', at laterDue.
-		at := r.laterDue
+		// the others', stage by stage from laterDue.
+		at := r.laterNext
 		if at.IsZero() {
 			at = r.clock.Now()
 		}
@@ -271,18 +271,22 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 // (slots to record missed at start) that are due at now. First, across
 // every job, those of the slots this replica is the preferred replica of
 // among the live candidates (every slot, while it knows of no peer); the
-// others it postpones. Once those are sent, and a backstop's delay after
-// (backstopDelay: long after its peers have sent theirs), the postponed
-// ones. Every one goes hedged: its record is read first (Claimer.Peek),
-// and only a slot with none is claimed. A replica alone reads in vain (a
-// read costs Redis about a tenth of a claim that loses), but whom a
-// replica knows of as it starts is the registry it read as it registered:
-// one of several that start together may see none of the others. So
-// replicas that start together after an outage cost Redis about a claim
-// per slot and a read per slot and replica, where each used to claim
-// every slot; and a peer that died before sending its share leaves it to
-// the others, a backstop's delay late. Each pass looks at most at
-// 4×maxBatch slots, so that a million slots do not hold up the loop.
+// others it postpones by its place in their rendezvous order. Once those
+// are sent, and a backstop's delay after (backstopDelay: long after its
+// peers have sent theirs), the slots it comes next for; a delay after
+// that, those it comes third for; and so on. Every one goes hedged: its
+// record is read first (Claimer.Peek), and only a slot with none is
+// claimed. A replica alone reads in vain (a read costs Redis about a
+// tenth of a claim that loses), but whom a replica knows of as it starts
+// is the registry it read as it registered, or again once it has planned
+// (startup): one that starts a moment after the others may see none of
+// their slots missed (their live claims have moved the jobs' states on),
+// or may hang. So replicas that start together after an outage cost Redis
+// about a claim per slot and a read per slot and replica, where each used
+// to claim every slot; and the share of a peer that does not send it is
+// claimed by the next in line, a backstop's delay late, and read by the
+// others after. Each pass looks at most at 4×maxBatch slots of this
+// replica's own, so that a million slots do not hold up the loop.
 func (r *runner) drainBacklog(now time.Time, batch []*pending) []*pending {
 	looked := 0
 	for _, j := range r.s.jobs {
@@ -297,10 +301,14 @@ func (r *runner) drainBacklog(now time.Time, batch []*pending) []*pending {
 		alone := len(ids) < 2 || !slices.Contains(ids, r.self)
 		for len(b.slots) > 0 && len(batch) < maxBatch && looked < 4*maxBatch {
 			looked++
-			if alone || rank(ids, r.self, j.Name, b.slots[0]) == 0 {
+			n := 0
+			if !alone {
+				n = rank(ids, r.self, j.Name, b.slots[0])
+			}
+			if n == 0 {
 				batch = append(batch, &pending{due: now, job: j, claim: r.missClaim(j, b), hedged: true})
 			} else {
-				b.postpone()
+				b.postpone(n - 1)
 			}
 		}
 		if b.empty() {
@@ -314,26 +322,32 @@ func (r *runner) drainBacklog(now time.Time, batch []*pending) []*pending {
 		return batch
 	}
 	if r.laterDue.IsZero() {
-		r.laterDue = now.Add(backstopDelay(r.s.hedge(), r.batches.longest()))
+		r.laterStep = backstopDelay(r.s.hedge(), r.batches.longest())
+		r.laterDue = now.Add(r.laterStep)
 	}
-	if now.Before(r.laterDue) {
-		return batch
+	stage := -1 // later[stage] and those before it are due
+	if !now.Before(r.laterDue) {
+		stage = int(now.Sub(r.laterDue) / r.laterStep)
 	}
+	next := -1 // the first stage that still holds slots
 	for _, j := range r.s.jobs {
-		if len(r.backlog) == 0 || len(batch) == maxBatch {
-			break
-		}
 		b, ok := r.backlog[j]
 		if !ok {
 			continue
 		}
-		for len(b.later) > 0 && len(batch) < maxBatch {
+		for len(batch) < maxBatch {
+			if k := b.nextLater(); k < 0 || k > stage {
+				break
+			}
 			batch = append(batch, &pending{due: now, job: j, claim: r.missClaim(j, b), hedged: true})
 		}
 		if b.empty() {
 			delete(r.backlog, j)
+		} else if k := b.nextLater(); next < 0 || k < next {
+			next = k
 		}
 	}
+	r.laterNext = r.laterDue.Add(time.Duration(next) * r.laterStep) // due now if the batch is full
 	return batch
 }
 

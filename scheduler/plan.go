@@ -243,47 +243,79 @@ func claim(kind slot.Kind, j Job, at time.Time, replica string) slot.Claim {
 // backlog is a job's slots to record missed at start, oldest first, sent
 // maxBatch at a time: the first old of them were older than the catch-up
 // window, and their records say so. Every replica that starts after the
-// same outage plans the same slots; so that Redis records each once rather
-// than once per replica, a replica sends first the slots it is the
+// same outage plans the same slots; so that Redis gets a claim per slot
+// rather than one per replica, a replica sends first the slots it is the
 // preferred replica of (rendezvous over the live candidates, as spread
-// routing picks), and moves the others to later: those it reads the
-// records of a backstop's delay after, and claims only where there is
-// none (drainBacklog).
+// routing picks), and postpones the others by its place in their order:
+// those it comes next for, it reads the records of (and claims if they
+// have none) a backstop's delay later; those it comes third for, a delay
+// after that; and so on (drainBacklog).
 type backlog struct {
 	slots []time.Time
 	old   int
-	// later are the slots whose preferred replica is another, oldest
-	// first; the first laterOld of them are older than the window.
-	later    []time.Time
-	laterOld int
+	// later[k] holds the slots this replica comes k+2nd for, oldest first.
+	later  []oldSlots
+	nlater int // how many slots later holds
 }
 
-// postpone moves b's first slot to later.
-func (b *backlog) postpone() {
-	b.later = append(b.later, b.slots[0])
+// oldSlots are slots oldest first, of which the first old are older than
+// the catch-up window.
+type oldSlots struct {
+	slots []time.Time
+	old   int
+}
+
+// postpone moves b's first slot to later[k].
+func (b *backlog) postpone(k int) {
+	for len(b.later) <= k {
+		b.later = append(b.later, oldSlots{})
+	}
+	l := &b.later[k]
+	l.slots = append(l.slots, b.slots[0])
 	if b.old > 0 {
 		b.old--
-		b.laterOld++
+		l.old++
 	}
 	b.slots = b.slots[1:]
+	b.nlater++
+}
+
+// nextLater is the index of the first of b.later that holds a slot; -1
+// when none does.
+func (b *backlog) nextLater() int {
+	for k := range b.later {
+		if len(b.later[k].slots) > 0 {
+			return k
+		}
+	}
+	return -1
 }
 
 // empty reports whether b has no slot left to send.
-func (b *backlog) empty() bool { return len(b.slots) == 0 && len(b.later) == 0 }
+func (b *backlog) empty() bool { return len(b.slots) == 0 && b.nlater == 0 }
 
-// missClaim takes the first slot of b (of its later ones once the others
-// are sent), and returns the claim that records it missed, with its reason.
+// missClaim takes the first slot of b (once those are sent, the first of
+// its first later ones that hold any), and returns the claim that records
+// it missed, with its reason.
 func (r *runner) missClaim(j *jobState, b *backlog) slot.Claim {
-	slots, old := &b.slots, &b.old
+	l := oldSlots{b.slots, b.old}
+	k := -1
 	if len(b.slots) == 0 {
-		slots, old = &b.later, &b.laterOld
+		k = b.nextLater()
+		l = b.later[k]
 	}
-	c := r.claim(slot.ClaimMiss, j, (*slots)[0])
-	if *old > 0 {
+	c := r.claim(slot.ClaimMiss, j, l.slots[0])
+	if l.old > 0 {
 		c.Reason = oldReason(j.CatchupWindow)
-		*old--
+		l.old--
 	}
-	*slots = (*slots)[1:]
+	l.slots = l.slots[1:]
+	if k < 0 {
+		b.slots, b.old = l.slots, l.old
+	} else {
+		b.later[k] = l
+		b.nlater--
+	}
 	return c
 }
 

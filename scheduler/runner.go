@@ -30,7 +30,6 @@ type runner struct {
 	next      nextQueue                 // each job's next live slot
 	queue     pendingQueue              // retries, catch-ups, watches
 	backlog   map[*jobState]*backlog    // slots to record missed at start, sent maxBatch at a time
-	laterDue  time.Time                 // when the backlog's postponed slots go (drainBacklog); zero until its others are sent
 	catchup   map[*jobState][]time.Time // catch-up slots yet to run, oldest first: the first is in flight
 	watching  map[slotKey]bool
 	batches   aheadMeter        // how long claim batches took, for ahead
@@ -39,6 +38,11 @@ type runner struct {
 	reread    time.Time         // when every job's running slots are read again (watchAll); zero: before the first pass
 	// rereadFails counts the reads of the running slots that failed in a row.
 	rereadFails int
+	// laterDue is when the backlog's postponed slots start to go, a stage
+	// every laterStep (drainBacklog), and laterNext when the next of them
+	// do; zero until the backlog's others are sent.
+	laterDue, laterNext time.Time
+	laterStep           time.Duration
 	// runs holds the slots whose runs are here, from their start until
 	// their outcome is recorded (or left to a takeover): watchAll and this
 	// replica's takeovers leave them to their run.
