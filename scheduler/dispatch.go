@@ -285,8 +285,11 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 // about a claim per slot and a read per slot and replica, where each used
 // to claim every slot; and the share of a peer that does not send it is
 // claimed by the next in line, a backstop's delay late, and read by the
-// others after. Each pass looks at most at 4×maxBatch slots of this
-// replica's own, so that a million slots do not hold up the loop.
+// others after. (Each replica spaces its stages by its own delay, which
+// grows with its slowest claim batch: a slow next in line may claim after
+// a faster third has read, and both claim the slot; it is still recorded
+// once.) Each pass looks at most at 4×maxBatch slots of its first share
+// (sent or postponed), so that a million slots do not hold up the loop.
 func (r *runner) drainBacklog(now time.Time, batch []*pending) []*pending {
 	looked := 0
 	for _, j := range r.s.jobs {
@@ -347,7 +350,7 @@ func (r *runner) drainBacklog(now time.Time, batch []*pending) []*pending {
 			next = k
 		}
 	}
-	r.laterNext = r.laterDue.Add(time.Duration(next) * r.laterStep) // due now if the batch is full
+	r.laterNext = r.laterDue.Add(time.Duration(next) * r.laterStep) // now, if a stage due holds slots still (the batch is full)
 	return batch
 }
 
