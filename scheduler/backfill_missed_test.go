@@ -29,14 +29,7 @@ func TestBackfillRunsMissedSlots(t *testing.T) {
 		skew := scheduler.WithSkewLimits(50*time.Millisecond, 100*time.Millisecond)
 		table := []scheduler.Job{{Name: "report", Schedule: "@every 1s", Catchup: scheduler.CatchupNone, LeaseTTL: time.Second, MisfireGrace: time.Second}}
 		fns := map[string]jobs.Func{"report": recorder(h.rdb, key, 10*time.Millisecond)}
-		first := h.start("r0", registry(t, fns), table, skew)
-		time.Sleep(2500 * time.Millisecond)
-		first.stop()
-		states, err := h.store.JobStates(ctx, []string{"report"})
-		if err != nil || states["report"].Last.IsZero() {
-			t.Fatalf("no slot ran before the stop: %v %v", states, err)
-		}
-		last := states["report"].Last.Unix()
+		last := h.ranThenStopped("r0", registry(t, fns), table, 2500*time.Millisecond, skew)
 		sleepUntil(time.Unix(last+down, 0).Add(500 * time.Millisecond))
 		for i := range 2 {
 			h.start(fmt.Sprintf("again%d", i), registry(t, fns), table, skew)

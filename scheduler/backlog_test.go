@@ -89,27 +89,39 @@ func open(gates ...chan struct{}) {
 	}
 }
 
-// outageBacklog runs one replica of table for a few slots, stops it, and
-// returns the last slot it ran, with down seconds passed since.
-func outageBacklog(t *testing.T, h *harness, reg func() *jobs.Registry, table []scheduler.Job, down int64) int64 {
+// outageDown is how long, in seconds, every replica was down in the
+// outage tests.
+const outageDown = 60
+
+// outage runs a table of the jobs names, each due every second (catchup:
+// none; each records its starts in "starts"), on one replica for a few
+// slots, and stops it. It returns the table, its registry, and the last
+// slot that ran, once outageDown seconds and a half have passed since.
+func outage(t *testing.T, h *harness, names ...string) ([]scheduler.Job, func() *jobs.Registry, int64) {
 	t.Helper()
-	first := h.start("first", reg(), table)
-	time.Sleep(3500 * time.Millisecond)
-	first.stop()
-	states, err := h.store.JobStates(context.Background(), []string{table[0].Name})
-	if err != nil || states[table[0].Name].Last.IsZero() {
-		t.Fatalf("no slot ran before the stop: %v %v", states, err)
+	var table []scheduler.Job
+	for _, name := range names {
+		table = append(table, scheduler.Job{Name: name, Schedule: "@every 1s", Catchup: scheduler.CatchupNone,
+			MisfireGrace: 2 * time.Second, LeaseTTL: time.Second})
 	}
-	last := states[table[0].Name].Last.Unix()
-	sleepUntil(time.Unix(last+down, 0).Add(500 * time.Millisecond))
-	return last
+	reg := func() *jobs.Registry {
+		fns := map[string]jobs.Func{}
+		for _, name := range names {
+			fns[name] = recorder(h.rdb, "starts", 0)
+		}
+		return registry(t, fns)
+	}
+	last := h.ranThenStopped("first", reg(), table, 3500*time.Millisecond)
+	sleepUntil(time.Unix(last+outageDown, 0).Add(500 * time.Millisecond))
+	return table, reg, last
 }
 
 // missedTo is the end (exclusive) of the slots that replicas starting
-// half a second after the slot down seconds after last plan to record
-// missed: the slots up to max_skew before their start are claimed live.
-func missedTo(last, down int64) int64 {
-	return time.Unix(last+down, 0).Add(500*time.Millisecond-scheduler.DefaultMaxSkew).Unix() + 1
+// half a second after the slot outageDown seconds after last plan to
+// record missed: the slots up to max_skew before their start are claimed
+// live.
+func missedTo(last int64) int64 {
+	return time.Unix(last+outageDown, 0).Add(500*time.Millisecond-scheduler.DefaultMaxSkew).Unix() + 1
 }
 
 // allMissed fails t unless every slot of job in [from, to) is recorded
@@ -161,15 +173,7 @@ func startGated(h *harness, ids []string, reg func() *jobs.Registry, table []sch
 // again once it has planned, or it would claim every slot.
 func TestAnOutageIsRecordedOnceByReplicasThatStartTogether(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
-		const down = 60
-		table := []scheduler.Job{
-			{Name: "j", Schedule: "@every 1s", Catchup: scheduler.CatchupNone, MisfireGrace: 2 * time.Second, LeaseTTL: time.Second},
-			{Name: "k", Schedule: "@every 1s", Catchup: scheduler.CatchupNone, MisfireGrace: 2 * time.Second, LeaseTTL: time.Second},
-		}
-		reg := func() *jobs.Registry {
-			return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0), "k": recorder(h.rdb, "starts", 0)})
-		}
-		last := outageBacklog(t, h, reg, table, down)
+		table, reg, last := outage(t, h, "j", "k")
 		var misses atomic.Int64
 		_, gates := startGated(h, []string{"a", "b", "c"}, reg, table, &misses)
 		for _, g := range gates {
@@ -181,7 +185,7 @@ func TestAnOutageIsRecordedOnceByReplicasThatStartTogether(t *testing.T) {
 		}
 		synctest.Wait()             // each has sent its own share; the rest wait for the backstop's delay
 		time.Sleep(5 * time.Second) // past the backstop's delay: the postponed slots are read
-		end := missedTo(last, down)
+		end := missedTo(last)
 		planned := 2 * (end - 1 - last)
 		for _, job := range []string{"j", "k"} {
 			allMissed(t, h, job, last+1, end)
@@ -198,10 +202,7 @@ func TestAnOutageIsRecordedOnceByReplicasThatStartTogether(t *testing.T) {
 // and claim them.
 func TestAnOutageIsRecordedWhenAPreferredReplicaNeverSendsItsShare(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
-		const down = 60
-		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", Catchup: scheduler.CatchupNone, MisfireGrace: 2 * time.Second, LeaseTTL: time.Second}}
-		reg := func() *jobs.Registry { return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0)}) }
-		last := outageBacklog(t, h, reg, table, down)
+		table, reg, last := outage(t, h, "j")
 		var misses atomic.Int64
 		_, gates := startGated(h, []string{"hung", "a", "b"}, reg, table, &misses)
 		for _, id := range []string{"a", "b"} { // hung never gets further, nor leaves the registry
@@ -214,7 +215,7 @@ func TestAnOutageIsRecordedWhenAPreferredReplicaNeverSendsItsShare(t *testing.T)
 		hold := make(chan struct{})
 		gates["a"].hold.Store(&hold)
 		gates["b"].hold.Store(&hold)
-		end := missedTo(last, down)
+		end := missedTo(last)
 		missing := 0
 		for at := last + 1; at < end; at++ {
 			if _, ok := h.record("j", at); !ok {
@@ -244,10 +245,7 @@ func TestAnOutageIsRecordedWhenAPreferredReplicaNeverSendsItsShare(t *testing.T)
 // no record.
 func TestAStopRecordsTheOutageSlotsItsClaimsCarried(t *testing.T) {
 	bubble(t, func(t *testing.T, h *harness) {
-		const down = 60
-		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", Catchup: scheduler.CatchupNone, MisfireGrace: 2 * time.Second, LeaseTTL: time.Second}}
-		reg := func() *jobs.Registry { return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0)}) }
-		last := outageBacklog(t, h, reg, table, down)
+		table, reg, last := outage(t, h, "j")
 		var misses atomic.Int64
 		reps, gates := startGated(h, []string{"a"}, reg, table, &misses)
 		open(gates["a"].peek)
@@ -257,7 +255,7 @@ func TestAStopRecordsTheOutageSlotsItsClaimsCarried(t *testing.T) {
 		synctest.Wait() // the claims in flight cut off; the stop's own wait at the gate
 		open(gates["a"].claim)
 		<-done
-		end := missedTo(last, down)
+		end := missedTo(last)
 		allMissed(t, h, "j", last+1, end)
 	})
 }

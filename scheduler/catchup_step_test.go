@@ -31,14 +31,7 @@ func TestACatchupGoesOnAfterAStepMidRun(t *testing.T) {
 		reg := func() *jobs.Registry {
 			return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, key, 2*time.Second)})
 		}
-		first := h.start("first", reg(), table, skew, every)
-		time.Sleep(90 * time.Second)
-		first.stop()
-		states, err := h.store.JobStates(context.Background(), []string{"j"})
-		if err != nil || states["j"].Last.IsZero() {
-			t.Fatalf("no slot ran before the stop: %v %v", states, err)
-		}
-		last := states["j"].Last.Unix()
+		last := h.ranThenStopped("first", reg(), table, 90*time.Second, skew, every)
 		// At last+5m20s, the 5 slots after last are the outage; the next
 		// live slot is 40 s away, after the catch-up.
 		restart := time.Unix(last+down*60, 0).Add(20 * time.Second)

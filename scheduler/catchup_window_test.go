@@ -37,12 +37,7 @@ func TestCatchupIsNeverCutOff(t *testing.T) {
 		MisfireGrace: time.Second}
 	// The job's last slot ran 30 hours ago.
 	down := time.Now().Add(-30 * time.Hour).Truncate(time.Second)
-	res, err := store.Claim(ctx, []slot.Claim{{Kind: slot.ClaimLive, Job: "j", Slot: down, Replica: "before",
-		LeaseTTL: time.Second, Retention: 49 * time.Hour, Deadline: time.Now().Add(time.Minute)}})
-	if err != nil || res[0].Outcome != slot.OutcomeWon {
-		t.Fatalf("seed: %+v %v", res, err)
-	}
-	store.Finish(ctx, []slot.FinishRequest{{Lease: res[0].Lease, State: slot.StateDone}})
+	seedDone(t, store, job, down)
 
 	var (
 		mu   sync.Mutex
@@ -145,12 +140,7 @@ func TestSlotsOlderThanTheWindowOnRedis(t *testing.T) {
 	job := scheduler.Job{Name: "j", Schedule: "@every 1s", CatchupWindow: time.Minute, Retention: 2 * time.Hour, LeaseTTL: time.Second,
 		MisfireGrace: time.Second}
 	down := time.Now().Add(-3 * time.Hour).Truncate(time.Second)
-	res, err := store.Claim(ctx, []slot.Claim{{Kind: slot.ClaimLive, Job: "j", Slot: down, Replica: "before",
-		LeaseTTL: time.Second, Retention: 2 * time.Hour, Deadline: time.Now().Add(time.Minute)}})
-	if err != nil || res[0].Outcome != slot.OutcomeWon {
-		t.Fatalf("seed: %+v %v", res, err)
-	}
-	store.Finish(ctx, []slot.FinishRequest{{Lease: res[0].Lease, State: slot.StateDone}})
+	seedDone(t, store, job, down)
 
 	reg := registry(t, map[string]jobs.Func{"j": func(context.Context, jobs.Run) error { return nil }})
 	const maxSkew = 100 * time.Millisecond
@@ -219,4 +209,19 @@ func TestSlotsOlderThanTheWindowOnRedis(t *testing.T) {
 		t.Fatalf("%d slots wrong of %d", bad, len(recorded))
 	}
 	t.Logf("%d slots older than the window recorded missed in %v", len(recorded), time.Since(before).Round(time.Millisecond))
+}
+
+// seedDone records the slot of job at at done, run by a replica "before":
+// the job's last slot, which a start plans from.
+func seedDone(t *testing.T, store *slotstore.Store, job scheduler.Job, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	res, err := store.Claim(ctx, []slot.Claim{{Kind: slot.ClaimLive, Job: job.Name, Slot: at, Replica: "before",
+		LeaseTTL: job.LeaseTTL, Retention: job.Retention, Deadline: time.Now().Add(time.Minute)}})
+	if err != nil || res[0].Outcome != slot.OutcomeWon {
+		t.Fatalf("seed: %+v %v", res, err)
+	}
+	if errs := store.Finish(ctx, []slot.FinishRequest{{Lease: res[0].Lease, State: slot.StateDone}}); errs[0] != nil {
+		t.Fatalf("seed: finish: %v", errs[0])
+	}
 }

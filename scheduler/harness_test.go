@@ -494,6 +494,22 @@ func (h *harness) record(job string, at int64) (slot.Record, bool) {
 	return rec, ok
 }
 
+// ranThenStopped runs replica id of table for run, stops it, and returns
+// the latest slot of table's first job that has a record (unix seconds):
+// what a start after an outage plans from.
+func (h *harness) ranThenStopped(id string, reg *jobs.Registry, table []scheduler.Job, run time.Duration, opts ...scheduler.Option) int64 {
+	h.t.Helper()
+	r := h.start(id, reg, table, opts...)
+	time.Sleep(run)
+	r.stop()
+	name := table[0].Name
+	states, err := h.store.JobStates(context.Background(), []string{name})
+	if err != nil || states[name].Last.IsZero() {
+		h.t.Fatalf("no slot ran before the stop: %v %v", states, err)
+	}
+	return states[name].Last.Unix()
+}
+
 func registry(t testing.TB, fns map[string]jobs.Func) *jobs.Registry {
 	reg := jobs.NewRegistry()
 	for name, fn := range fns {

@@ -113,14 +113,7 @@ func TestAStartOnAClockBehindCatchesUpOnceSetRight(t *testing.T) {
 		reg := func() *jobs.Registry {
 			return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, key, 10*time.Millisecond)})
 		}
-		first := h.start("first", reg(), table, skew)
-		time.Sleep(3500 * time.Millisecond)
-		first.stop()
-		states, err := h.store.JobStates(context.Background(), []string{"j"})
-		if err != nil || states["j"].Last.IsZero() {
-			t.Fatalf("no slot ran before the stop: %v %v", states, err)
-		}
-		last := states["j"].Last.Unix()
+		last := h.ranThenStopped("first", reg(), table, 3500*time.Millisecond, skew)
 		// At last+down+1.5s, slots last+1..last+down are older than
 		// max_skew: the outage.
 		sleepUntil(time.Unix(last+down, 0).Add(1500 * time.Millisecond))
@@ -163,14 +156,7 @@ func TestAnOutageIsRecordedWhileEveryReplicaRefuses(t *testing.T) {
 		const down = 20
 		table := []scheduler.Job{{Name: "j", Schedule: "@every 1s", Catchup: scheduler.CatchupNone, MisfireGrace: 2 * time.Second, LeaseTTL: time.Second}}
 		reg := func() *jobs.Registry { return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 0)}) }
-		first := h.start("first", reg(), table)
-		time.Sleep(3500 * time.Millisecond)
-		first.stop()
-		states, err := h.store.JobStates(context.Background(), []string{"j"})
-		if err != nil || states["j"].Last.IsZero() {
-			t.Fatalf("no slot ran before the stop: %v %v", states, err)
-		}
-		last := states["j"].Last.Unix()
+		last := h.ranThenStopped("first", reg(), table, 3500*time.Millisecond)
 		sleepUntil(time.Unix(last+down, 0).Add(500 * time.Millisecond))
 		for _, id := range []string{"a", "b"} {
 			h.startWith(id, replicaOpts{offset: 5 * time.Minute}, reg(), table)
