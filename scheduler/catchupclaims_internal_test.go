@@ -93,13 +93,7 @@ func TestACatchupClaimIsNeverEarly(t *testing.T) {
 func TestAnOldCatchupClaimStillRuns(t *testing.T) {
 	r, store := storeRunner(t, Job{Name: "j", Schedule: "@every 1s", Catchup: CatchupAll, Retention: time.Minute,
 		CatchupWindow: 50 * time.Second, MisfireGrace: 10 * time.Second})
-	bg, stop := context.WithCancel(context.Background())
-	var loops sync.WaitGroup
-	loops.Add(2)
-	go func() { defer loops.Done(); r.renew.loop(bg) }()
-	go func() { defer loops.Done(); r.finisher.loop(bg) }()
-	defer func() { stop(); loops.Wait() }()
-	close(r.loopDone) // no loop: a run's end goes nowhere
+	runsWithoutLoop(t, r)
 
 	j := r.s.jobs[0]
 	now := r.clock.Now()
@@ -136,13 +130,7 @@ func TestAStaleCatchupClaimDoesNotRunASlotTwice(t *testing.T) {
 	job := Job{Name: "j", Schedule: "@every 1s", Catchup: CatchupAll, Retention: 3 * time.Second,
 		CatchupWindow: 2 * time.Second, MisfireGrace: time.Second, LeaseTTL: 200 * time.Millisecond}
 	r, store, srv := storeRunnerOn(t, job)
-	bg, stop := context.WithCancel(context.Background())
-	var loops sync.WaitGroup
-	loops.Add(2)
-	go func() { defer loops.Done(); r.renew.loop(bg) }()
-	go func() { defer loops.Done(); r.finisher.loop(bg) }()
-	defer func() { stop(); loops.Wait() }()
-	close(r.loopDone)
+	runsWithoutLoop(t, r)
 	j := r.s.jobs[0]
 	now := r.clock.Now()
 	// Planned 4s ago, more than the retention (3s) less twice max_skew
@@ -210,4 +198,16 @@ func TestAStopRecordsNoSlotBeforeItsTime(t *testing.T) {
 			t.Errorf("slot %v, an hour ahead: record %+v (found %v, %v); want none", at.UTC(), rec, ok, err)
 		}
 	}
+}
+
+// runsWithoutLoop lets r start runs with no loop: the renewer and the
+// finisher go until the end of the test, and a run's end goes nowhere.
+func runsWithoutLoop(t *testing.T, r *runner) {
+	bg, stop := context.WithCancel(context.Background())
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() { defer loops.Done(); r.renew.loop(bg) }()
+	go func() { defer loops.Done(); r.finisher.loop(bg) }()
+	t.Cleanup(func() { stop(); loops.Wait() })
+	close(r.loopDone)
 }
