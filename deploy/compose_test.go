@@ -4,10 +4,12 @@ package deploy_test
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/slotcron/slotcron/examples/lottery/lottery"
 	"github.com/slotcron/slotcron/examples/nap"
+	"github.com/slotcron/slotcron/internal/otlptest"
 	"github.com/slotcron/slotcron/scheduler"
 	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
@@ -45,14 +48,17 @@ type stackRun struct {
 	workers map[string]string // replica ID -> compose service
 	ids     []string          // the replica IDs, sorted
 	from    time.Time         // the first lottery slot the test counts
+	// collector receives the workers' traces; nil when they go to the
+	// stack's Jaeger (SLOTCRON_STACK_JAEGER=1)
+	collector *otlptest.Collector
 }
 
-// TestComposeStack runs deploy/compose.yaml as it ships (Redis, Jaeger and
-// three workers on deploy/compose/worker.yaml), with its published ports
-// moved to free ones, under a project name of its own, and checks that:
+// TestComposeStack runs deploy/compose.yaml's Redis and three workers (on
+// deploy/compose/worker.yaml), with its published ports moved to free ones,
+// under a project name of its own, and checks that:
 //
 //   - 20 lottery slots in a row are drawn once each, with rising fences, and
-//     one slot's trace in Jaeger holds a root span from every replica;
+//     one slot's trace holds a root span from every replica;
 //   - a worker cut off the network (docker network disconnect) mid-nap loses
 //     its lease on time and its nap is woken, another worker runs the nap
 //     again as attempt 2 (on_owner_lost: retry), the other two draw every
@@ -63,17 +69,35 @@ type stackRun struct {
 //     in time are recorded missed;
 //   - no slot is ever drawn twice, and the fences of the draws rise.
 //
+// The workers export their traces over OTLP to a receiver in this test's
+// process (internal/otlptest), which reads the slot's trace from it: CI
+// does not build Jaeger (from source, 6 to 12 minutes). With
+// SLOTCRON_STACK_JAEGER=1 it runs the stack as it ships instead, Jaeger
+// included (built when its image is missing), and reads the trace from
+// Jaeger's API.
+//
 // It builds the worker's image first (deploy/images/build.sh, which skips
-// it when its inputs are unchanged), and Jaeger's when it is missing. It
-// needs Docker and Compose (v2's plugin or v1's docker-compose); without
-// them it fails and says what to install. Run it with
+// it when its inputs are unchanged). It needs Docker and Compose (v2's
+// plugin or v1's docker-compose); without them it fails and says what to
+// install. Run it with
 //
 //	go test -tags compose -run TestComposeStack -v -timeout 20m ./deploy
+//	SLOTCRON_STACK_JAEGER=1 go test -tags compose -run TestComposeStack -v -timeout 30m ./deploy
 func TestComposeStack(t *testing.T) {
 	composeCmd := needDocker(t)
 	r, portVars := readStack(t)
-	buildImages(t)
-	r.s = startStack(t, composeCmd, portVars)
+	withJaeger := os.Getenv("SLOTCRON_STACK_JAEGER") == "1"
+	buildImages(t, withJaeger)
+	var services []string
+	for _, id := range r.ids {
+		services = append(services, r.workers[id])
+	}
+	if !withJaeger {
+		// On every interface: the workers reach it through Docker's
+		// bridge, not the host's loopback.
+		r.collector = otlptest.Start(t, "0.0.0.0:0")
+	}
+	r.s = startStack(t, composeCmd, portVars, services, string(readFile(t, "compose/worker.yaml")), r.collector)
 	r.rdb = redis.NewClient(&redis.Options{Addr: r.s.addr("redis", 6379)})
 	t.Cleanup(func() { r.rdb.Close() })
 	var err error
@@ -264,16 +288,36 @@ func roots(ui, id string) ([]rootSpan, error) {
 	return out, nil
 }
 
-// checkTrace reads a lottery slot's trace back from Jaeger, by the ID every
-// replica derives from the slot, and checks that it holds one claim's root
-// span ("slot <outcome>") per replica: the winner's "slot won", the others'
-// "slot lost" naming it. A loser whose claim found the run still going
-// watches it, and may add a "slot.watch <outcome>" root span; no other root
-// span belongs there.
+// received reads a trace's root spans from the spans c has received.
+func received(c *otlptest.Collector, id string) []rootSpan {
+	var out []rootSpan
+	for _, sp := range c.Spans() {
+		if len(sp.ParentSpanId) > 0 || hex.EncodeToString(sp.TraceId) != id {
+			continue
+		}
+		rs := rootSpan{Name: sp.Name, Instance: sp.Instance, Tags: map[string]string{}}
+		for _, kv := range sp.Attributes {
+			rs.Tags[kv.Key] = otlptest.Attr(sp.Attributes, kv.Key)
+		}
+		out = append(out, rs)
+	}
+	return out
+}
+
+// checkTrace reads a lottery slot's trace back, from the test's receiver or
+// from Jaeger, by the ID every replica derives from the slot, and checks
+// that it holds one claim's root span ("slot <outcome>") per replica: the
+// winner's "slot won", the others' "slot lost" naming it. A loser whose
+// claim found the run still going watches it, and may add a "slot.watch
+// <outcome>" root span; no other root span belongs there.
 func (r *stackRun) checkTrace(t *testing.T, at time.Time, winner string) {
 	t.Helper()
 	id := scheduler.SlotTraceID(r.prefix, lottery.Name, at).String()
-	ui := r.s.addr("jaeger", 16686)
+	from, read := "the test's OTLP receiver", func() ([]rootSpan, error) { return received(r.collector, id), nil }
+	if r.collector == nil {
+		ui := r.s.addr("jaeger", 16686)
+		from, read = "Jaeger", func() ([]rootSpan, error) { return roots(ui, id) }
+	}
 	var spans []rootSpan
 	var err error
 	claims := func() []string {
@@ -288,11 +332,11 @@ func (r *stackRun) checkTrace(t *testing.T, at time.Time, winner string) {
 	}
 	// Each replica exports its spans in batches, every 5s at most.
 	if !eventually(30*time.Second, func() bool {
-		spans, err = roots(ui, id)
+		spans, err = read()
 		return err == nil && len(slices.Compact(claims())) == len(r.ids)
 	}) {
-		t.Fatalf("trace %s of lottery slot %s: after 30s Jaeger holds root spans %+v (error %v), want a claim's from each of %q",
-			id, at.Format(time.TimeOnly), spans, err, r.ids)
+		t.Fatalf("trace %s of lottery slot %s: after 30s %s holds root spans %+v (error %v), want a claim's from each of %q",
+			id, at.Format(time.TimeOnly), from, spans, err, r.ids)
 	}
 	if got := claims(); !slices.Equal(got, r.ids) {
 		t.Errorf("trace %s: claims' root spans from %q, want one from each of %q", id, got, r.ids)
@@ -314,7 +358,7 @@ func (r *stackRun) checkTrace(t *testing.T, at time.Time, winner string) {
 		}
 	}
 	slices.Sort(names)
-	t.Logf("trace %s of lottery slot %s, as Jaeger holds it: %s", id, at.Format(time.TimeOnly), strings.Join(names, ", "))
+	t.Logf("trace %s of lottery slot %s, as %s holds it: %s", id, at.Format(time.TimeOnly), from, strings.Join(names, ", "))
 }
 
 // partitionOne cuts the worker running a nap off the network for longer

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slotcron/slotcron/internal/otlptest"
 )
 
 // stack is one run of deploy/compose.yaml under a project name of its own,
@@ -60,14 +63,19 @@ func needDocker(t *testing.T) []string {
 
 // buildImages runs deploy/images/build.sh for the worker, always: it skips
 // an image whose inputs are unchanged (a few seconds), and otherwise the test
-// would run an image built from other sources than these. Jaeger's image is
-// built only when it is missing (its first build takes minutes). It fails
-// the test when an image the stack needs is still missing.
-func buildImages(t *testing.T) {
+// would run an image built from other sources than these. With withJaeger,
+// Jaeger's image is built too when it is missing (its first build takes 6 to
+// 12 minutes: jaeger.sh builds Jaeger from source). It fails the test when
+// an image the stack needs is still missing.
+func buildImages(t *testing.T, withJaeger bool) {
 	t.Helper()
 	targets := []string{"worker"}
-	if !imageExists(jaegerImage) {
-		targets = append(targets, "jaeger")
+	need := []string{workerImage, redisImage}
+	if withJaeger {
+		need = append(need, jaegerImage)
+		if !imageExists(jaegerImage) {
+			targets = append(targets, "jaeger")
+		}
 	}
 	began := time.Now()
 	cmd := exec.Command(filepath.Join("images", "build.sh"), targets...)
@@ -76,7 +84,7 @@ func buildImages(t *testing.T) {
 		t.Fatalf("deploy/images/build.sh %s: %v\n%s", strings.Join(targets, " "), err, out)
 	}
 	t.Logf("deploy/images/build.sh %s: %v", strings.Join(targets, " "), time.Since(began).Round(100*time.Millisecond))
-	for _, img := range []string{workerImage, redisImage, jaegerImage} {
+	for _, img := range need {
 		if !imageExists(img) {
 			t.Fatalf("the image %s is missing after deploy/images/build.sh %s; its output:\n%s", img, strings.Join(targets, " "), out)
 		}
@@ -89,20 +97,49 @@ func imageExists(ref string) bool {
 
 // startStack brings compose.yaml up under a new project name, with every
 // port variable of portVars set to 127.0.0.1:0 and Redis published on a
-// free port of 127.0.0.1. Cleanup brings it down with its volume, after
+// free port of 127.0.0.1. With a collector, it starts Redis and the workers
+// alone (not Jaeger), each exporting its traces to the collector on the
+// host (host.docker.internal, Docker's host-gateway) through a copy of the
+// workers' config, config, whose tracing endpoint is that; without one, the
+// whole stack as it ships. Cleanup brings it down with its volume, after
 // logging the end of each service's log if the test failed.
-func startStack(t *testing.T, composeCmd []string, portVars []string) *stack {
+func startStack(t *testing.T, composeCmd []string, portVars []string, workers []string, config string, collector *otlptest.Collector) *stack {
 	t.Helper()
 	suffix := make([]byte, 4)
 	rand.Read(suffix)
 	s := &stack{t: t, compose: composeCmd, project: "slotcron-stacktest-" + hex.EncodeToString(suffix),
 		ids: map[string]string{}}
-	override := filepath.Join(t.TempDir(), "test.yaml")
+	dir := t.TempDir()
 	// Publishing Redis adds a port; Compose concatenates override ports.
-	if err := os.WriteFile(override, []byte("services:\n  redis:\n    ports: [\"127.0.0.1:0:6379\"]\n"), 0o644); err != nil {
+	override := "services:\n  redis:\n    ports: [\"127.0.0.1:0:6379\"]\n"
+	up := []string{"up", "-d"}
+	if collector != nil {
+		_, port, err := net.SplitHostPort(collector.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const endpoint = "endpoint: jaeger:4317"
+		if strings.Count(config, endpoint) != 1 {
+			t.Fatalf("compose/worker.yaml: want one %q, the line this test points at its own collector", endpoint)
+		}
+		cfgPath := filepath.Join(dir, "worker.yaml")
+		if err := os.WriteFile(cfgPath, []byte(strings.Replace(config, endpoint, "endpoint: host.docker.internal:"+port, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Compose merges a service's volumes by their path in the
+		// container: this one replaces compose/worker.yaml's mount.
+		for _, w := range workers {
+			override += fmt.Sprintf("  %s:\n    extra_hosts: [\"host.docker.internal:host-gateway\"]\n    volumes: [%q]\n",
+				w, cfgPath+":/etc/slotcron/config.yaml:ro")
+		}
+		// Every service but Jaeger, which the workers depend on.
+		up = append(append(up, "--no-deps", "redis"), workers...)
+	}
+	path := filepath.Join(dir, "test.yaml")
+	if err := os.WriteFile(path, []byte(override), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s.files = []string{"compose.yaml", override}
+	s.files = []string{"compose.yaml", path}
 	for _, v := range portVars {
 		s.env = append(s.env, v+"=127.0.0.1:0")
 	}
@@ -119,10 +156,10 @@ func startStack(t *testing.T, composeCmd []string, portVars []string) *stack {
 		t.Logf("down -v: %v", time.Since(began).Round(100*time.Millisecond))
 	})
 	began := time.Now()
-	if out, err := s.run(3*time.Minute, "up", "-d"); err != nil {
-		t.Fatalf("%s -p %s up -d: %v\n%s", strings.Join(s.compose, " "), s.project, err, out)
+	if out, err := s.run(3*time.Minute, up...); err != nil {
+		t.Fatalf("%s -p %s %s: %v\n%s", strings.Join(s.compose, " "), s.project, strings.Join(up, " "), err, out)
 	}
-	t.Logf("project %s up: %v", s.project, time.Since(began).Round(100*time.Millisecond))
+	t.Logf("project %s %s: %v", s.project, strings.Join(up, " "), time.Since(began).Round(100*time.Millisecond))
 	nets := strings.Fields(s.docker("inspect", "-f", `{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}`, s.container("redis")))
 	if len(nets) != 1 {
 		t.Fatalf("redis is on networks %q, want the project's one", nets)
@@ -191,7 +228,7 @@ func (s *stack) addr(service string, port int) string {
 }
 
 // disconnect cuts a service's container off the project's network: from
-// Redis, Jaeger and the host. Established connections are not reset; they
+// Redis, Jaeger or the test's trace receiver, and the host. Established connections are not reset; they
 // hang, as they would behind a partition.
 func (s *stack) disconnect(service string) {
 	s.t.Helper()

@@ -6,90 +6,24 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
 
+	"github.com/slotcron/slotcron/internal/otlptest"
 	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/scheduler"
 )
 
-// collector is an in-process OTLP/gRPC trace receiver: the collector's trace
-// service, keeping every span it is sent with its resource's replica.
-type collector struct {
-	collectortrace.UnimplementedTraceServiceServer
-	addr  string
-	mu    sync.Mutex
-	spans []received
-}
-
-type received struct {
-	instance, service string
-	span              *tracepb.Span
-}
-
-func startCollector(t *testing.T) *collector {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &collector{addr: l.Addr().String()}
-	srv := grpc.NewServer()
-	collectortrace.RegisterTraceServiceServer(srv, c)
-	go srv.Serve(l)
-	t.Cleanup(srv.Stop)
-	return c
-}
-
-func (c *collector) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, rs := range req.ResourceSpans {
-		instance := attr(rs.GetResource().GetAttributes(), "service.instance.id")
-		service := attr(rs.GetResource().GetAttributes(), "service.name")
-		for _, ss := range rs.ScopeSpans {
-			for _, s := range ss.Spans {
-				c.spans = append(c.spans, received{instance, service, s})
-			}
-		}
-	}
-	return &collectortrace.ExportTraceServiceResponse{}, nil
-}
-
-func (c *collector) received() []received {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]received(nil), c.spans...)
-}
-
-func attr(kvs []*commonpb.KeyValue, key string) string {
-	for _, kv := range kvs {
-		if kv.Key == key {
-			switch v := kv.Value.Value.(type) {
-			case *commonpb.AnyValue_StringValue:
-				return v.StringValue
-			case *commonpb.AnyValue_IntValue:
-				return strconv.FormatInt(v.IntValue, 10)
-			}
-		}
-	}
-	return ""
-}
-
 // group runs replicas of the tick job, exporting their traces to a collector.
 type group struct {
-	collector *collector
+	collector *otlptest.Collector
 	prefix    string
 	cancel    context.CancelFunc
 	exits     chan int
@@ -97,7 +31,7 @@ type group struct {
 }
 
 func startGroup(t *testing.T, srv *redistest.Server, name string, replicas int, ratio float64) *group {
-	g := &group{collector: startCollector(t), prefix: "tr" + name + strconv.Itoa(os.Getpid()), exits: make(chan int, replicas)}
+	g := &group{collector: otlptest.Start(t, "127.0.0.1:0"), prefix: "tr" + name + strconv.Itoa(os.Getpid()), exits: make(chan int, replicas)}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	for r := 1; r <= replicas; r++ {
@@ -118,7 +52,7 @@ shutdown_grace: 2s
 jobs:
   - name: tick
     schedule: "@every 1s"
-`, name, r, srv.Addr(), g.prefix, g.collector.addr, ratio))
+`, name, r, srv.Addr(), g.prefix, g.collector.Addr, ratio))
 		var stderr syncBuffer
 		g.stderr = append(g.stderr, &stderr)
 		go func() {
@@ -164,11 +98,11 @@ func isSlotSpan(s *tracepb.Span) bool {
 }
 
 // slotSpans groups the collected slot spans by slot.
-func slotSpans(spans []received) map[string][]received {
-	out := map[string][]received{}
+func slotSpans(spans []otlptest.Span) map[string][]otlptest.Span {
+	out := map[string][]otlptest.Span{}
 	for _, r := range spans {
-		if isSlotSpan(r.span) {
-			slot := attr(r.span.Attributes, "slotcron.slot")
+		if isSlotSpan(r.Span) {
+			slot := otlptest.Attr(r.Span.Attributes, "slotcron.slot")
 			out[slot] = append(out[slot], r)
 		}
 	}
@@ -198,11 +132,11 @@ func TestTracesAcrossReplicas(t *testing.T) {
 	half.stop(t)
 
 	t.Run("one trace per slot", func(t *testing.T) {
-		spans := full.collector.received()
+		spans := full.collector.Spans()
 		bySlot := slotSpans(spans)
-		byID := map[string]received{}
+		byID := map[string]otlptest.Span{}
 		for _, r := range spans {
-			byID[hex.EncodeToString(r.span.SpanId)] = r
+			byID[hex.EncodeToString(r.Span.SpanId)] = r
 		}
 		for i := range fullSlots {
 			slot := first.Add(time.Duration(i) * time.Second)
@@ -214,20 +148,20 @@ func TestTracesAcrossReplicas(t *testing.T) {
 			var winner string
 			lost, replicas, spanIDs := 0, map[string]bool{}, map[string]bool{}
 			for _, r := range ss {
-				if got := trace.TraceID(r.span.TraceId); got != want {
-					t.Errorf("slot %s: replica %s's trace %s, want %s (derived from the slot)", slot.Format(time.TimeOnly), r.instance, got, want)
+				if got := trace.TraceID(r.Span.TraceId); got != want {
+					t.Errorf("slot %s: replica %s's trace %s, want %s (derived from the slot)", slot.Format(time.TimeOnly), r.Instance, got, want)
 				}
-				if r.service != "slotcron-test" || attr(r.span.Attributes, "slotcron.replica") != r.instance {
-					t.Errorf("span resource %s/%s, attribute replica %s", r.service, r.instance, attr(r.span.Attributes, "slotcron.replica"))
+				if r.Service != "slotcron-test" || otlptest.Attr(r.Span.Attributes, "slotcron.replica") != r.Instance {
+					t.Errorf("span resource %s/%s, attribute replica %s", r.Service, r.Instance, otlptest.Attr(r.Span.Attributes, "slotcron.replica"))
 				}
-				replicas[r.instance] = true
-				spanIDs[hex.EncodeToString(r.span.SpanId)] = true
-				if o := attr(r.span.Attributes, "slotcron.outcome"); r.span.Name != "slot "+o {
-					t.Errorf("slot %s: replica %s's slot span is named %q, with slotcron.outcome %q", slot.Format(time.TimeOnly), r.instance, r.span.Name, o)
+				replicas[r.Instance] = true
+				spanIDs[hex.EncodeToString(r.Span.SpanId)] = true
+				if o := otlptest.Attr(r.Span.Attributes, "slotcron.outcome"); r.Span.Name != "slot "+o {
+					t.Errorf("slot %s: replica %s's slot span is named %q, with slotcron.outcome %q", slot.Format(time.TimeOnly), r.Instance, r.Span.Name, o)
 				}
-				switch attr(r.span.Attributes, "slotcron.outcome") {
+				switch otlptest.Attr(r.Span.Attributes, "slotcron.outcome") {
 				case "won":
-					winner = r.instance
+					winner = r.Instance
 				case "lost":
 					lost++
 				}
@@ -237,8 +171,8 @@ func TestTracesAcrossReplicas(t *testing.T) {
 					slot.Format(time.TimeOnly), winner, lost, len(replicas), len(spanIDs))
 			}
 			for _, r := range ss {
-				if o := attr(r.span.Attributes, "slotcron.outcome"); o == "lost" && attr(r.span.Attributes, "slotcron.holder") != winner {
-					t.Errorf("slot %s: %s lost to %q, but %s won", slot.Format(time.TimeOnly), r.instance, attr(r.span.Attributes, "slotcron.holder"), winner)
+				if o := otlptest.Attr(r.Span.Attributes, "slotcron.outcome"); o == "lost" && otlptest.Attr(r.Span.Attributes, "slotcron.holder") != winner {
+					t.Errorf("slot %s: %s lost to %q, but %s won", slot.Format(time.TimeOnly), r.Instance, otlptest.Attr(r.Span.Attributes, "slotcron.holder"), winner)
 				}
 			}
 		}
@@ -248,17 +182,17 @@ func TestTracesAcrossReplicas(t *testing.T) {
 		children := map[string]map[string]int{}
 		renewed := 0
 		for _, r := range spans {
-			parent := byID[hex.EncodeToString(r.span.ParentSpanId)]
-			if parent.span == nil || !isSlotSpan(parent.span) {
+			parent := byID[hex.EncodeToString(r.Span.ParentSpanId)]
+			if parent.Span == nil || !isSlotSpan(parent.Span) {
 				continue
 			}
-			o := attr(parent.span.Attributes, "slotcron.outcome")
+			o := otlptest.Attr(parent.Span.Attributes, "slotcron.outcome")
 			if children[o] == nil {
 				children[o] = map[string]int{}
 			}
-			children[o][r.span.Name]++
-			for _, ev := range r.span.Events {
-				if r.span.Name == "job.run" && ev.Name == "lease.renewed" {
+			children[o][r.Span.Name]++
+			for _, ev := range r.Span.Events {
+				if r.Span.Name == "job.run" && ev.Name == "lease.renewed" {
 					renewed++
 				}
 			}
@@ -273,7 +207,7 @@ func TestTracesAcrossReplicas(t *testing.T) {
 	})
 
 	t.Run("sampling keeps or drops whole slots", func(t *testing.T) {
-		bySlot := slotSpans(half.collector.received())
+		bySlot := slotSpans(half.collector.Spans())
 		sampler := sdktrace.TraceIDRatioBased(0.5)
 		kept, dropped := 0, 0
 		for i := range halfSlots {
