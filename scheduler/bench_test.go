@@ -104,13 +104,51 @@ var redisFIFO = os.Getenv("BENCH_REDIS_FIFO")
 // process (every replica) after the counted ticks, before the replicas stop.
 var heapOut = os.Getenv("BENCH_HEAP")
 
+// perfOut, when set (BENCH_REDIS_PERF=file), receives a perf profile of the
+// bench's Redis over the counted ticks (perf record with DWARF call graphs:
+// bench/redis-profile.sh reads it). perf's sampling costs Redis CPU of its
+// own, so the run's Redis figures are not the bench's.
+var perfOut = os.Getenv("BENCH_REDIS_PERF")
+
+// dispatchTicks is how many ticks BenchmarkDispatch counts: 10, or
+// BENCH_TICKS (a profile wants more samples).
+func dispatchTicks(b *testing.B) int {
+	v := os.Getenv("BENCH_TICKS")
+	if v == "" {
+		return 10
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("BENCH_TICKS=%q: want a number of ticks, 1 or more", v)
+	}
+	return n
+}
+
+// startPerf starts perf record on srv's process, writing to perfOut, and
+// returns what stops it and waits for its file to be written.
+func startPerf(b *testing.B, srv *redistest.Server) func() {
+	cmd := exec.Command("perf", "record", "-q", "-F", "999", "--call-graph", "dwarf,16384",
+		"-p", strconv.Itoa(redisPID(b, srv)), "-o", perfOut)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("BENCH_REDIS_PERF: perf record: %v (Debian: apt-get install linux-perf)", err)
+	}
+	return func() {
+		cmd.Process.Signal(os.Interrupt)
+		if err := cmd.Wait(); err != nil && !strings.Contains(err.Error(), "interrupt") {
+			b.Fatalf("BENCH_REDIS_PERF: perf record: %v: %s", err, out.String())
+		}
+	}
+}
+
 // slowlogFloorUS is the SLOWLOG threshold during the counted ticks: the
 // longest command is reported exactly when it is at least that long, and as
 // that long when none is.
 const slowlogFloorUS = 100
 
 // BenchmarkDispatch runs replicas of a table of 100 jobs, all due every
-// second, for 10 ticks, and reports the dispatch delay (slot time to job
+// second, for 10 ticks (BENCH_TICKS), and reports the dispatch delay (slot time to job
 // start on the winner), the round trips per tick per replica, and the CPU
 // time per tick of this process (all replicas) and of Redis. The issue's
 // figure is replicas=5; replicas=1 is the same table without contention.
@@ -125,7 +163,7 @@ func BenchmarkDispatch(b *testing.B) {
 }
 
 func benchDispatch(b *testing.B, replicas int, routing scheduler.Routing) {
-	benchTick(b, 100, 10, replicas, routing)
+	benchTick(b, 100, dispatchTicks(b), replicas, routing)
 }
 
 // BenchmarkScale is bench/scale.sh's table: 10 to 10,000 jobs due in the
@@ -241,6 +279,10 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		admin.ConfigSet(context.Background(), "slowlog-max-len", "100000")
 		admin.Do(context.Background(), "SLOWLOG", "RESET")
 		admin.ConfigResetStat(context.Background())
+		stopPerf := func() {}
+		if perfOut != "" {
+			stopPerf = startPerf(b, srv)
+		}
 		goCPU0, redisCPU0, mallocs0 := cpuNow(b, srv)
 		_, idleCPU0, _ := cpuNow(b, twin)
 		var base []int64
@@ -250,6 +292,7 @@ func benchTick(b *testing.B, njobs, ticks, replicas int, routing scheduler.Routi
 		sleepUntil(first.Add(time.Duration(ticks)*time.Second - 100*time.Millisecond))
 		goCPU1, redisCPU1, mallocs1 := cpuNow(b, srv)
 		_, idleCPU1, _ := cpuNow(b, twin)
+		stopPerf()
 		slowest := slowlogFloorUS * time.Microsecond // none logged: under the floor
 		over5ms := 0
 		if entries, err := admin.SlowLogGet(context.Background(), -1).Result(); err == nil {
