@@ -28,16 +28,26 @@ labels=("scripts (claim, finish, renew, heartbeat...), with the commands they ca
   "Redis's cron (an idle Redis pays it too)"
   "  of which: its memory stats (/proc/self/stat, jemalloc)"
   "waiting for and waking on events")
+# perf attaches to the Redis the bench starts itself (a redis-server on the PATH), not to a shared
+# one or a container's.
+unset REDIS_ADDR REDISTEST_BACKEND
 go test -c -o "$work/scheduler.test" ./scheduler
 for ((i = 1; i <= rounds; i++)); do
-  (cd scheduler && BENCH_TICKS=${TICKS:-60} BENCH_REDIS_PERF="$work/perf.data" "$work/scheduler.test" \
-    -test.run '^$' -test.bench 'Dispatch/replicas=5/routing=spread$' -test.benchtime 1x) | grep '^Benchmark' >&2
-  perf report -i "$work/perf.data" --children --sort symbol -g none --stdio 2>/dev/null >"$work/report"
-  grep -m1 '^# Samples' "$work/report" >&2
+  if ! (cd scheduler && BENCH_TICKS=${TICKS:-60} BENCH_REDIS_PERF="$work/perf.data" "$work/scheduler.test" \
+    -test.run '^$' -test.bench '^BenchmarkDispatch$/^replicas=5$/^routing=spread$' -test.benchtime 1x -test.timeout 60m) >"$work/log" 2>&1; then
+    cat "$work/log" >&2; echo "round $i: the bench failed" >&2; exit 1
+  fi
+  grep '^Benchmark' "$work/log" >&2
+  if ! perf report -i "$work/perf.data" --children --sort symbol -g none --stdio >"$work/report" 2>"$work/perf.err"; then
+    cat "$work/perf.err" >&2; echo "round $i: perf report failed" >&2; exit 1
+  fi
+  grep -m1 '^# Samples' "$work/report" >&2 || true
   # The largest inclusive share perf gives each function (an inlined copy
-  # may be listed apart), one line per function: "<function> <share>".
+  # may be listed apart), one line per function: "<function> <share>"; a
+  # function perf did not sample is said on stderr, and counts 0.
   for f in "${fns[@]}"; do
-    awk -v f="$f" '$3 == "[.]" && $4 == f { v = $1; sub("%", "", v); if (v + 0 > m) m = v + 0 } END { print f, m + 0 }' "$work/report"
+    awk -v f="$f" '$3 == "[.]" && $4 == f { v = $1; sub("%", "", v); if (v + 0 > m) m = v + 0; seen = 1 }
+      END { if (!seen) print "round '"$i"': no sample under " f >"/dev/stderr"; print f, m + 0 }' "$work/report"
   done >>"$work/shares"
 done
 echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), Redis $(redis-server --version | awk '{ sub("v=", "", $3); print $3 }')"

@@ -93,8 +93,8 @@ func TestComposeStack(t *testing.T) {
 		services = append(services, r.workers[id])
 	}
 	if !withJaeger {
-		// On every interface: the workers reach it through Docker's
-		// bridge, not the host's loopback.
+		// On every interface, for the length of the test: the workers
+		// reach it through Docker's bridge, not the host's loopback.
 		r.collector = otlptest.Start(t, "0.0.0.0:0")
 	}
 	r.s = startStack(t, composeCmd, portVars, services, string(readFile(t, "compose/worker.yaml")), r.collector)
@@ -335,8 +335,12 @@ func (r *stackRun) checkTrace(t *testing.T, at time.Time, winner string) {
 		spans, err = read()
 		return err == nil && len(slices.Compact(claims())) == len(r.ids)
 	}) {
-		t.Fatalf("trace %s of lottery slot %s: after 30s %s holds root spans %+v (error %v), want a claim's from each of %q",
-			id, at.Format(time.TimeOnly), from, spans, err, r.ids)
+		hint := ""
+		if r.collector != nil && len(r.collector.Spans()) == 0 {
+			hint = fmt.Sprintf(" (it has received no span at all: can the containers reach this host's port %s through host.docker.internal? a firewall between Docker's bridges and the host would stop them)", r.collector.Addr)
+		}
+		t.Fatalf("trace %s of lottery slot %s: after 30s %s holds root spans %+v (error %v), want a claim's from each of %q%s",
+			id, at.Format(time.TimeOnly), from, spans, err, r.ids, hint)
 	}
 	if got := claims(); !slices.Equal(got, r.ids) {
 		t.Errorf("trace %s: claims' root spans from %q, want one from each of %q", id, got, r.ids)

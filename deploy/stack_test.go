@@ -97,12 +97,13 @@ func imageExists(ref string) bool {
 
 // startStack brings compose.yaml up under a new project name, with every
 // port variable of portVars set to 127.0.0.1:0 and Redis published on a
-// free port of 127.0.0.1. With a collector, it starts Redis and the workers
-// alone (not Jaeger), each exporting its traces to the collector on the
-// host (host.docker.internal, Docker's host-gateway) through a copy of the
-// workers' config, config, whose tracing endpoint is that; without one, the
-// whole stack as it ships. Cleanup brings it down with its volume, after
-// logging the end of each service's log if the test failed.
+// free port of 127.0.0.1. Without a collector, it starts the whole stack as
+// it ships. With one, it starts Redis and the services in workers alone (not
+// Jaeger); each worker exports its traces to the collector on the host
+// (host.docker.internal, Docker's host-gateway) through a copy of config
+// (the workers' config file) whose tracing endpoint is that. Cleanup brings
+// it down with its volume, after logging the end of each service's log if
+// the test failed.
 func startStack(t *testing.T, composeCmd []string, portVars []string, workers []string, config string, collector *otlptest.Collector) *stack {
 	t.Helper()
 	suffix := make([]byte, 4)
@@ -228,8 +229,8 @@ func (s *stack) addr(service string, port int) string {
 }
 
 // disconnect cuts a service's container off the project's network: from
-// Redis, Jaeger or the test's trace receiver, and the host. Established connections are not reset; they
-// hang, as they would behind a partition.
+// Redis, Jaeger or the test's trace receiver, and the host. Established
+// connections are not reset; they hang, as they would behind a partition.
 func (s *stack) disconnect(service string) {
 	s.t.Helper()
 	s.docker("network", "disconnect", s.network, s.container(service))

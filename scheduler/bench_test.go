@@ -124,8 +124,10 @@ func dispatchTicks(b *testing.B) int {
 	return n
 }
 
-// startPerf starts perf record on srv's process, writing to perfOut, and
-// returns what stops it and waits for its file to be written.
+// startPerf starts perf record on srv's process (a redis-server on this
+// machine that the bench started: INFO's process_id), writing to perfOut,
+// and returns what stops it and waits for its file to be written. A bench
+// that fails before then kills it.
 func startPerf(b *testing.B, srv *redistest.Server) func() {
 	cmd := exec.Command("perf", "record", "-q", "-F", "999", "--call-graph", "dwarf,16384",
 		"-p", strconv.Itoa(redisPID(b, srv)), "-o", perfOut)
@@ -134,9 +136,19 @@ func startPerf(b *testing.B, srv *redistest.Server) func() {
 	if err := cmd.Start(); err != nil {
 		b.Fatalf("BENCH_REDIS_PERF: perf record: %v (Debian: apt-get install linux-perf)", err)
 	}
+	stopped := false
+	b.Cleanup(func() {
+		if !stopped {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
 	return func() {
+		stopped = true
 		cmd.Process.Signal(os.Interrupt)
-		if err := cmd.Wait(); err != nil && !strings.Contains(err.Error(), "interrupt") {
+		err := cmd.Wait()
+		// perf writes its file on SIGINT, then dies of it.
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); err != nil && !(ok && ws.Signaled() && ws.Signal() == syscall.SIGINT) {
 			b.Fatalf("BENCH_REDIS_PERF: perf record: %v: %s", err, out.String())
 		}
 	}
