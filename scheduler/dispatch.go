@@ -69,16 +69,49 @@ func (r *runner) loop(ctx context.Context) {
 // the runner goes by Redis's clock, as it does while its own is off by
 // more than max_skew. So the loop calls it at the top of each pass and
 // before it handles an event.
+//
+// When Redis does not answer that probe, the loop goes on on the clock it
+// has, as it would after any failed probe (Redis refuses a claim that is
+// too early on its own clock, and nothing can be claimed while it does not
+// answer), and probes again stepRetry later, not at every pass and event:
+// each would wait up to the claim timeout. The first failure is a WARN,
+// the others DEBUG, and a probe that measures the clock at last says so.
 func (r *runner) measureStep(ctx context.Context) {
-	if !r.stepped() {
+	drift, stepped := r.s.clockStepped()
+	if !stepped {
+		r.stepFails = 0 // measured meanwhile (the clock loop's probe)
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
-	if err := r.s.probe(pctx); err != nil && ctx.Err() == nil {
-		r.log.Warn("cannot measure the clock against Redis", "error", err)
+	if r.stepFails > 0 && time.Now().Before(r.stepRetry) {
+		return
 	}
+	if r.stepFails == 0 {
+		r.log.Warn("this replica's clock stepped: measuring it against Redis before claiming", "step", drift.Round(time.Millisecond).String())
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+	err := r.s.probe(pctx)
 	cancel()
+	switch {
+	case err == nil:
+		if r.stepFails > 0 {
+			r.log.Info("measured the clock against Redis again, after its step", "failed_probes", r.stepFails)
+		}
+		r.stepFails = 0
+	case ctx.Err() == nil:
+		r.stepFails++
+		r.stepRetry = time.Now().Add(stepRetry)
+		level := slog.LevelWarn
+		if r.stepFails > 1 {
+			level = slog.LevelDebug
+		}
+		r.log.Log(ctx, level, "cannot measure the clock against Redis", "error", err,
+			"failed_probes", r.stepFails, "next_probe_in", stepRetry.String())
+	}
 }
+
+// stepRetry is how long the loop goes on after a probe of its stepped clock
+// failed before it probes again.
+const stepRetry = time.Second
 
 // stepped reports, and logs, whether this replica's clock has stepped since
 // it was last measured against Redis (Scheduler.clockStepped).

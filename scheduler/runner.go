@@ -25,6 +25,8 @@ type runner struct {
 	self  string
 
 	// Owned by the loop goroutine.
+	stepFails int                       // probes of a stepped clock that failed in a row (measureStep)
+	stepRetry time.Time                 // when measureStep probes again after one failed (real time)
 	tokenBase string                    // random, per Run: claim tokens are tokenBase.N
 	tokens    uint64                    // claim tokens made so far
 	next      nextQueue                 // each job's next live slot
