@@ -81,8 +81,8 @@ type stackRun struct {
 // plugin or v1's docker-compose); without them it fails and says what to
 // install. Run it with
 //
-//	go test -tags compose -run TestComposeStack -v -timeout 20m ./deploy
-//	SLOTCRON_STACK_JAEGER=1 go test -tags compose -run TestComposeStack -v -timeout 30m ./deploy
+//	go test -race -tags compose -run TestComposeStack -v -timeout 20m ./deploy
+//	SLOTCRON_STACK_JAEGER=1 go test -race -tags compose -run TestComposeStack -v -timeout 30m ./deploy
 func TestComposeStack(t *testing.T) {
 	composeCmd := needDocker(t)
 	r, portVars := readStack(t)
