@@ -86,7 +86,7 @@ func (r *runner) measureStep(ctx context.Context) {
 		return
 	}
 	if r.stepFails == 0 {
-		r.log.Warn("this replica's clock stepped: measuring it against Redis before claiming", "step", drift.Round(time.Millisecond).String())
+		r.logStep(drift)
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
 	err := r.s.probe(pctx)
@@ -118,9 +118,14 @@ const stepRetry = time.Second
 func (r *runner) stepped() bool {
 	drift, stepped := r.s.clockStepped()
 	if stepped {
-		r.log.Warn("this replica's clock stepped: measuring it against Redis before claiming", "step", drift.Round(time.Millisecond).String())
+		r.logStep(drift)
 	}
 	return stepped
+}
+
+// logStep says that this replica's clock stepped by drift.
+func (r *runner) logStep(drift time.Duration) {
+	r.log.Warn("this replica's clock stepped: measuring it against Redis before claiming", "step", drift.Round(time.Millisecond).String())
 }
 
 // onRunEnded acts on a run that has returned.
