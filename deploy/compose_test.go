@@ -297,7 +297,7 @@ func received(c *otlptest.Collector, id string) []rootSpan {
 		}
 		rs := rootSpan{Name: sp.Name, Instance: sp.Instance, Tags: map[string]string{}}
 		for _, kv := range sp.Attributes {
-			rs.Tags[kv.Key] = otlptest.Attr(sp.Attributes, kv.Key)
+			rs.Tags[kv.Key] = otlptest.Text(kv.Value)
 		}
 		out = append(out, rs)
 	}

@@ -72,18 +72,25 @@ func (c *Collector) Spans() []Span {
 	return append([]Span(nil), c.spans...)
 }
 
-// Attr is the value of attribute key among kvs, as text ("" when absent; a
-// string or an integer).
+// Attr is the value of attribute key among kvs, as Text gives it ("" when
+// absent).
 func Attr(kvs []*commonpb.KeyValue, key string) string {
 	for _, kv := range kvs {
 		if kv.Key == key {
-			switch v := kv.Value.Value.(type) {
-			case *commonpb.AnyValue_StringValue:
-				return v.StringValue
-			case *commonpb.AnyValue_IntValue:
-				return strconv.FormatInt(v.IntValue, 10)
-			}
+			return Text(kv.Value)
 		}
+	}
+	return ""
+}
+
+// Text is an attribute's value as text: a string, or an integer ("" for
+// any other kind).
+func Text(v *commonpb.AnyValue) string {
+	switch v := v.GetValue().(type) {
+	case *commonpb.AnyValue_StringValue:
+		return v.StringValue
+	case *commonpb.AnyValue_IntValue:
+		return strconv.FormatInt(v.IntValue, 10)
 	}
 	return ""
 }
