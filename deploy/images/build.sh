@@ -164,15 +164,15 @@ build_golang() {
 }
 
 # build_worker stages the worker's build context: the files git knows (or would add) outside
-# deploy/, docs/, bench/ and .ci/, without tests, their testdata, internal/otlptest (a test helper)
-# and the Markdown (so that a change to them does not rebuild the image), and a vendor/ directory made here with this machine's module cache and
+# deploy/, docs/, bench/ and .ci/, without tests, their testdata, internal/otlptest (a test helper),
+# internal/mutants (the mutation check's list and script) and the Markdown (so that a change to them does not rebuild the image), and a vendor/ directory made here with this machine's module cache and
 # proxy, so that the build needs no network (a proxy that intercepts TLS, as on some CI machines,
 # is trusted here but not inside the build). The inputs are every staged file.
 build_worker() {
   local ctx=$work/worker hash
   mkdir "$ctx"
   (cd "$repo" && git ls-files -z --cached --others --exclude-standard -- . \
-    ':!deploy' ':!docs' ':!bench' ':!.ci' ':!*_test.go' ':!**/testdata/**' ':!*.md' ':!internal/otlptest' |
+    ':!deploy' ':!docs' ':!bench' ':!.ci' ':!*_test.go' ':!**/testdata/**' ':!*.md' ':!internal/otlptest' ':!internal/mutants' |
     tar --null -T - -c) | tar -C "$ctx" -x
   (cd "$repo" && go mod vendor -o "$ctx/vendor")
   hash=$( { image_id "$golang_image"; cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum; } |
