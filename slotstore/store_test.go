@@ -159,6 +159,35 @@ func TestSlotClaimRetryIsRecognised(t *testing.T) {
 	}
 }
 
+// TestARestartedReplicaDoesNotRunItsOldSlotAgain: a replica that restarts
+// under the same ID (a StatefulSet's pod, Compose's worker-1) after its run's
+// lease lapsed, before a takeover settled the slot, claims the slot again
+// with a new token. Only the token makes a claim the same claim sent again:
+// this one loses to the record its old process left, which the takeover then
+// settles. Were the replica's ID enough, the slot would run twice, the second
+// time on the first run's fence.
+func TestARestartedReplicaDoesNotRunItsOldSlotAgain(t *testing.T) {
+	for _, contested := range []bool{false, true} {
+		t.Run(fmt.Sprintf("contested=%v", contested), func(t *testing.T) {
+			_, rdb, s := newSlots(t)
+			c := live("j", time.Unix(1_700_001_000, 0), "r1")
+			c.Token, c.Contested = "old-process", contested
+			first := claimOne(t, s, c)
+			if first.Outcome != slot.OutcomeWon {
+				t.Fatalf("first claim: %+v", first)
+			}
+			lapse(t, rdb, s, "j", "lease") // the old process died with its run
+			restarted := c
+			restarted.Token = "new-process"
+			r := claimOne(t, s, restarted)
+			if r.Outcome != slot.OutcomeLost || r.Holder != "r1" || r.State != slot.StateRunning || r.Fence != first.Fence {
+				t.Fatalf("the same slot claimed by the restarted r1 (another token): %+v; want lost to the old run's record (r1, running, fence %d)",
+					r, first.Fence)
+			}
+		})
+	}
+}
+
 // TestFencesSurviveDataLoss: Redis restarts without persistence, so the
 // fence counters are gone. The next fences must still be above every fence
 // handed out before, or a store that refuses lower fences would refuse every
