@@ -188,6 +188,38 @@ func TestARestartedReplicaDoesNotRunItsOldSlotAgain(t *testing.T) {
 	}
 }
 
+// TestAnOlderSlotWonLaterKeepsTheJobsLast: the job's state keeps the latest
+// slot that has a record, which a starting replica plans its catch-up from.
+// A catch-up or backfill that wins an older slot after a newer one ran, or a
+// miss recorded for one, must not move it back, or every start would plan
+// the slots between again.
+func TestAnOlderSlotWonLaterKeepsTheJobsLast(t *testing.T) {
+	_, _, s := newSlots(t)
+	newer, older := time.Now().Truncate(time.Second).Add(-time.Minute), time.Now().Truncate(time.Second).Add(-2*time.Minute)
+	if r := claimOne(t, s, live("j", newer, "r1")); r.Outcome != slot.OutcomeWon {
+		t.Fatalf("the newer slot: %+v", r)
+	} else if err := finish(s, r.Lease, slot.StateDone, ""); err != nil {
+		t.Fatal(err)
+	}
+	c := live("j", older, "r2")
+	c.Kind, c.Deadline = slot.ClaimCatchup, time.Time{}
+	if r := claimOne(t, s, c); r.Outcome != slot.OutcomeWon {
+		t.Fatalf("the older slot's catch-up claim: %+v", r)
+	}
+	miss := live("j", older.Add(-time.Minute), "r2") // and an older one recorded missed
+	miss.Kind, miss.Deadline, miss.Reason = slot.ClaimMiss, time.Time{}, "catch-up: not run"
+	if r := claimOne(t, s, miss); r.Outcome != slot.OutcomeMissed {
+		t.Fatalf("the oldest slot's miss claim: %+v", r)
+	}
+	states, err := s.JobStates(context.Background(), []string{"j"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := states["j"].Last; !got.Equal(newer) {
+		t.Fatalf("the job's last slot after a catch-up won %v and a miss recorded before it: %v, want %v (the newer slot, which ran first)", older, got, newer)
+	}
+}
+
 // TestFencesSurviveDataLoss: Redis restarts without persistence, so the
 // fence counters are gone. The next fences must still be above every fence
 // handed out before, or a store that refuses lower fences would refuse every
