@@ -457,7 +457,7 @@ func TestSlotMisfireRecordedOnRedisClock(t *testing.T) {
 }
 
 func TestSlotOverlap(t *testing.T) {
-	_, _, s := newSlots(t)
+	_, rdb, s := newSlots(t)
 	ctx := context.Background()
 	s1, s2, s3 := time.Unix(1_700_000_100, 0), time.Unix(1_700_000_101, 0), time.Unix(1_700_000_102, 0)
 	const holder = "pod 7 eu:1" // a replica ID may hold spaces and colons
@@ -495,9 +495,23 @@ func TestSlotOverlap(t *testing.T) {
 	if a.Outcome != slot.OutcomeWon || b.Outcome != slot.OutcomeWon || b.Fence <= a.Fence {
 		t.Fatalf("overlap allowed: %+v %+v", a, b)
 	}
-	finish(s, first.Lease, slot.StateDone, "")
-	finish(s, a.Lease, slot.StateDone, "")
-	finish(s, b.Lease, slot.StateDone, "")
+	for _, l := range []slot.Lease{first.Lease, a.Lease, b.Lease} {
+		if err := finish(s, l, slot.StateDone, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A finished slot's own lease leaves the job's state: a job that allows
+	// overlap would otherwise keep one field per slot that ever ran, and
+	// every claim reads that hash.
+	fields, err := rdb.HKeys(ctx, stateKey(s, "par")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fields {
+		if strings.HasPrefix(f, "lease:") {
+			t.Fatalf("after both runs finished, the job's state keeps %s (fields %v)", f, fields)
+		}
+	}
 }
 
 func TestSlotClaimBatchIsOneRoundTrip(t *testing.T) {
