@@ -21,6 +21,7 @@ cleanup() {
 }
 trap cleanup EXIT
 git worktree add --detach "$work/tree" HEAD >/dev/null 2>&1
+cp "$list" "$work/mutants.tsv" # read from a copy: an edit of the list mid-run does not shift it
 cd "$work/tree"
 unset REDIS_ADDR # each package's tests start their own Redis (internal/redistest)
 
@@ -63,6 +64,6 @@ while IFS=$'\t' read -r file why from to; do
     echo "SURVIVED     $file: $why (passed: $verdict)"
     survived=$((survived + 1))
   fi
-done <"$list"
+done <"$work/mutants.tsv"
 echo "$killed killed, $survived survived, $broken not applied"
 [[ $survived -eq 0 && $broken -eq 0 ]]
