@@ -667,6 +667,26 @@ func TestSlotRenewDetectsLoss(t *testing.T) {
 	}
 }
 
+// TestRenewDoesNotBringALapsedLeaseBack: a renewal that reaches Redis after
+// the lease ran out on its clock (the replica paused, or the renewal was
+// delayed) finds the run's token still there, as no other run has taken the
+// job yet. It must not renew it: the owner's own timer has ended the run
+// (its TTL is counted from the send, with a margin, so it ends first), and a
+// lease brought back would hold the job for a run that is over, and keep a
+// watcher from settling the slot.
+func TestRenewDoesNotBringALapsedLeaseBack(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	r := claimOne(t, s, live("lapsed", time.Unix(1_700_000_450, 0), "r1"))
+	lapse(t, rdb, s, "lapsed", "lease")
+	errs := s.Renew(context.Background(), []slot.Lease{r.Lease})
+	if !errors.Is(errs[0], slot.ErrLeaseLost) || !errors.Is(context.Cause(r.Lease.Context()), slot.ErrLeaseLost) {
+		t.Fatalf("renewal of a lease lapsed on Redis's clock: %v; the lease's cause %v; want both lost", errs[0], context.Cause(r.Lease.Context()))
+	}
+	if ttl := leaseTTL(t, rdb, s, "lapsed", "lease"); ttl > 0 {
+		t.Fatalf("the lapsed lease was brought back for %v", ttl)
+	}
+}
+
 // finish records one run's end.
 func finish(s *slotstore.Store, l slot.Lease, state slot.State, text string) error {
 	return s.Finish(context.Background(), []slot.FinishRequest{{Lease: l, State: state, Error: text}})[0]
