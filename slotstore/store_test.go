@@ -687,6 +687,27 @@ func TestRenewDoesNotBringALapsedLeaseBack(t *testing.T) {
 	}
 }
 
+// TestRenewKeepsTheRecord: a run longer than its record's retention keeps
+// its record, which each renewal gives the whole retention again. Were it to
+// expire mid-run, the slot would have no record: a late claim would run it
+// again, and the run's next renewal would report its record gone.
+func TestRenewKeepsTheRecord(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_000_460, 0)
+	r := claimOne(t, s, live("long-run", at, "r1")) // retention 1h
+	key := slotstore.RecordKey(s.Prefix(), "long-run", at)
+	if err := rdb.PExpire(ctx, key, time.Minute).Err(); err != nil { // most of the retention has passed
+		t.Fatal(err)
+	}
+	if errs := s.Renew(ctx, []slot.Lease{r.Lease}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl < 59*time.Minute {
+		t.Fatalf("after a renewal the record has %v to live, want the 1h retention again", ttl)
+	}
+}
+
 // finish records one run's end.
 func finish(s *slotstore.Store, l slot.Lease, state slot.State, text string) error {
 	return s.Finish(context.Background(), []slot.FinishRequest{{Lease: l, State: state, Error: text}})[0]
