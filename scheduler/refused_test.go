@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -122,23 +123,65 @@ func TestARenewalAfterTheFinishIsNoLoss(t *testing.T) {
 		<-wrap.finished
 		time.Sleep(time.Second)
 		synctest.Wait()
-		var rm metricdata.ResourceMetrics
-		if err := metrics.Collect(context.Background(), &rm); err != nil {
-			t.Fatal(err)
+		if results := renewals(t, metrics); results["lost"] != 0 {
+			t.Fatalf("lease renewals by result: %v; want no loss", results)
 		}
-		results := map[string]int64{}
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "slotcron.lease_renewals" {
-					for _, dp := range sum.DataPoints {
-						v, _ := dp.Attributes.Value("result")
-						results[v.AsString()] += dp.Value
-					}
+	})
+}
+
+// renewals reads slotcron.lease_renewals by result.
+func renewals(t *testing.T, metrics sdkmetric.Reader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := metrics.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "slotcron.lease_renewals" {
+				for _, dp := range sum.DataPoints {
+					v, _ := dp.Attributes.Value("result")
+					results[v.AsString()] += dp.Value
 				}
 			}
 		}
-		if results["lost"] != 0 {
-			t.Fatalf("lease renewals by result: %v; want no loss", results)
+	}
+	return results
+}
+
+// TestARenewalThatFindsTheLeaseGoneCountsALoss: a run's renewal finds its
+// lease no longer holds its token (here deleted, as another run taking the
+// job would replace it). The run's context ends with ErrLeaseLost, and
+// slotcron.lease_renewals{result="lost"}, which operators alert on, counts
+// it once.
+func TestARenewalThatFindsTheLeaseGoneCountsALoss(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		started, lost := make(chan struct{}), make(chan error, 1)
+		fns := map[string]jobs.Func{"j": func(ctx context.Context, run jobs.Run) error {
+			close(started)
+			<-ctx.Done()
+			lost <- context.Cause(ctx)
+			return ctx.Err()
+		}}
+		metrics := sdkmetric.NewManualReader()
+		r := h.start("r1", registry(t, fns), []scheduler.Job{{Name: "j", Schedule: "0 0 12 * * *", LeaseTTL: 3 * time.Second}},
+			scheduler.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))))
+		synctest.Wait()
+		if _, err := r.s.Trigger(context.Background(), "j", slot.Manual{}); err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		if err := h.rdb.HDel(context.Background(), h.prefix+":{j}:state", "lease").Err(); err != nil {
+			t.Fatal(err)
+		}
+		cause := <-lost // at the next renewal, within a TTL/3
+		if !errors.Is(cause, slot.ErrLeaseLost) {
+			t.Fatalf("the run's context ended with %v, want ErrLeaseLost", cause)
+		}
+		synctest.Wait()
+		if results := renewals(t, metrics); results["lost"] != 1 {
+			t.Fatalf("lease renewals by result: %v; want lost 1", results)
 		}
 	})
 }
