@@ -50,11 +50,11 @@ func needDocker(t *testing.T) []string {
 		t.Fatalf("the Docker daemon does not answer (docker info: %v: %s): start it (systemctl start docker) "+
 			"and run the test as a user allowed to use it (root, or the docker group)", err, bytes.TrimSpace(out))
 	}
-	if exec.Command("docker", "compose", "version").Run() == nil {
-		return []string{"docker", "compose"}
-	}
-	if exec.Command("docker-compose", "version").Run() == nil {
-		return []string{"docker-compose"}
+	for _, compose := range [][]string{{"docker", "compose"}, {"docker-compose"}} {
+		if out, err := exec.Command(compose[0], append(compose[1:], "version", "--short")...).Output(); err == nil {
+			t.Logf("Compose: %s %s", strings.Join(compose, " "), bytes.TrimSpace(out))
+			return compose
+		}
 	}
 	t.Fatal("no Compose: install Compose v2 (the docker-compose-plugin package of Docker's apt repository, " +
 		"or Debian's docker-compose-v2 where it exists) or v1 (Debian: apt-get install docker-compose)")
