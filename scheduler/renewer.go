@@ -104,10 +104,14 @@ func (rn *renewer) renewAll(ctx context.Context) bool {
 			rn.mu.Unlock()
 			rn.s.tel.renewal("renewed")
 			hs[i].trace.renewed(l, n)
-		case errors.Is(err, slot.ErrLeaseLost) && !errors.Is(err, slot.ErrDataLoss) && !rn.has(l):
+		case errors.Is(err, slot.ErrLeaseLost) && !errors.Is(err, slot.ErrDataLoss) && !rn.has(l) &&
+			!errors.Is(context.Cause(l.Context()), slot.ErrLeaseLost):
 			// The run returned while this renewal was in flight, and was
-			// finished before it ran: no loss. (A loss it had not seen
-			// yet, its finish finds.)
+			// finished before it ran (its lease ended released): no loss.
+			// (A loss it had not seen yet, its finish finds.) The lease's
+			// cause decides, not only whether the run is still here: the
+			// store ends the lease as lost before Renew returns, and the run,
+			// woken by that, may leave before this line.
 		case errors.Is(err, slot.ErrLeaseLost):
 			rn.remove(l) // the run records the loss itself
 			rn.s.tel.renewal("lost")
