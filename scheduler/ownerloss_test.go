@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -42,21 +43,33 @@ func untilCancelled(e *harness, key string, out chan<- ended) jobs.Func {
 // counter sums an Int64 counter collected by reader.
 func counter(t *testing.T, reader sdkmetric.Reader, name string) int64 {
 	t.Helper()
+	var total int64
+	for _, n := range counterBy(t, reader, name, "") {
+		total += n
+	}
+	return total
+}
+
+// counterBy sums an Int64 counter collected by reader by the value of its
+// attribute attr ("" for the points without it).
+func counterBy(t *testing.T, reader sdkmetric.Reader, name, attr string) map[string]int64 {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	var total int64
+	by := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
 				for _, dp := range sum.DataPoints {
-					total += dp.Value
+					v, _ := dp.Attributes.Value(attribute.Key(attr))
+					by[v.AsString()] += dp.Value
 				}
 			}
 		}
 	}
-	return total
+	return by
 }
 
 // TestOwnerLoss freezes the network between the winner and Redis in the

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
@@ -123,31 +122,10 @@ func TestARenewalAfterTheFinishIsNoLoss(t *testing.T) {
 		<-wrap.finished
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if results := renewals(t, metrics); results["lost"] != 0 {
+		if results := counterBy(t, metrics, "slotcron.lease_renewals", "result"); results["lost"] != 0 {
 			t.Fatalf("lease renewals by result: %v; want no loss", results)
 		}
 	})
-}
-
-// renewals reads slotcron.lease_renewals by result.
-func renewals(t *testing.T, metrics sdkmetric.Reader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := metrics.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	results := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "slotcron.lease_renewals" {
-				for _, dp := range sum.DataPoints {
-					v, _ := dp.Attributes.Value("result")
-					results[v.AsString()] += dp.Value
-				}
-			}
-		}
-	}
-	return results
 }
 
 // TestARenewalThatFindsTheLeaseGoneCountsALoss: a run's renewal finds its
@@ -185,7 +163,7 @@ func TestARenewalThatFindsTheLeaseGoneCountsALoss(t *testing.T) {
 			t.Fatalf("the run's context ended with %v, want ErrLeaseLost", cause)
 		}
 		synctest.Wait()
-		if results := renewals(t, metrics); results["lost"] != 1 {
+		if results := counterBy(t, metrics, "slotcron.lease_renewals", "result"); results["lost"] != 1 {
 			t.Fatalf("lease renewals by result: %v; want lost 1", results)
 		}
 	})
