@@ -355,3 +355,124 @@ func TestSpreadOwnerLeavesWithItsHedgersAfterAStep(t *testing.T) {
 		}
 	})
 }
+
+// failedReads is a store whose reads of records (Peek) all fail, as when
+// their replies are lost.
+type failedReads struct{ *slotstore.Store }
+
+func (failedReads) Peek(context.Context, []slot.Claim) ([]slot.Record, error) {
+	return nil, errors.New("the read's reply was lost")
+}
+
+// TestAHedgersFailedReadStillClaims: three replicas of a job every
+// second, every read of a record failing, and one replica cut off from
+// Redis. Its slots are still started, one hedge late, by a hedger: a read
+// that fails sends the claim, which decides. The others' slots start on
+// time, and every slot starts once.
+func TestAHedgersFailedReadStillClaims(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		l := &runLog{runs: map[int64][]ran{}}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		ids := []string{"r1", "r2", "r3"}
+		var cut *replica
+		for _, id := range ids {
+			r := h.startWith(id, replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { return failedReads{s} }},
+				registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+			if id == "r1" {
+				cut = r
+			}
+		}
+		from := nextSecond(0).Add(10 * time.Second) // every replica has heartbeated since all started
+		sleepUntil(from.Add(-500 * time.Millisecond))
+		cut.net.freeze()
+		to := from.Add(2 * scheduler.DefaultHeartbeatEvery) // before the registry drops r1
+		sleepUntil(to.Add(2 * scheduler.BackstopAfter))
+		cut.net.thaw()
+		synctest.Wait()
+		hedged := 0
+		for at, r := range l.between(t, from, to) {
+			slotAt := time.Unix(at, 0)
+			switch {
+			case r.replica == "r1":
+				t.Errorf("slot %v ran on r1, which was cut off", slotAt.UTC())
+			case scheduler.Rank(ids, "r1", "tick", slotAt) == 0:
+				hedged++
+				if r.delay > hedge {
+					t.Errorf("slot %v, r1's, started %v late on %s; want a hedge (%v) at most", slotAt.UTC(), r.delay, r.replica, hedge)
+				}
+			case r.delay != 0:
+				t.Errorf("slot %v started %v late on %s, its preferred replica", slotAt.UTC(), r.delay, r.replica)
+			}
+		}
+		if hedged == 0 {
+			t.Error("r1 was the preferred replica of no slot while it was cut off: the test proves nothing")
+		}
+		t.Logf("%d slots of r1's started one hedge late", hedged)
+	})
+}
+
+// failedLooks is a store whose looks for records (Missing, a backstop's)
+// all fail, as when their replies are lost.
+type failedLooks struct{ *slotstore.Store }
+
+func (failedLooks) Missing(context.Context, []slot.Ref) ([]int, error) {
+	return nil, errors.New("the look's reply was lost")
+}
+
+// TestABackstopsFailedLookStillClaims: four replicas of a job every
+// second, three of them cut off from Redis at once, and every look of the
+// fourth's for records failing. The slots for which it is neither the
+// preferred replica nor a hedger (each slot has one backstop among four
+// replicas) still start, one backstop late: a look that fails reads each
+// slot's record and claims those with none. Every slot starts once.
+func TestABackstopsFailedLookStillClaims(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		l := &runLog{runs: map[int64][]ran{}}
+		table := []scheduler.Job{{Name: "tick", Schedule: "@every 1s"}}
+		ids := []string{"r1", "r2", "r3", "r4"}
+		var cut []*replica
+		for _, id := range ids {
+			ro := replicaOpts{}
+			if id == "r4" {
+				ro.claimer = func(s *slotstore.Store) scheduler.Claimer { return failedLooks{s} }
+			}
+			r := h.startWith(id, ro, registry(t, map[string]jobs.Func{"tick": l.fn()}), table, scheduler.WithHedge(hedge))
+			if id != "r4" {
+				cut = append(cut, r)
+			}
+		}
+		from := nextSecond(0).Add(10 * time.Second) // every replica has heartbeated since all started
+		sleepUntil(from.Add(-500 * time.Millisecond))
+		for _, r := range cut {
+			r.net.freeze()
+		}
+		to := from.Add(2 * scheduler.DefaultHeartbeatEvery) // before the registry drops them
+		sleepUntil(to.Add(2 * scheduler.BackstopAfter))
+		for _, r := range cut {
+			r.net.thaw()
+		}
+		synctest.Wait()
+		backstopped := 0
+		for at, r := range l.between(t, from, to) {
+			slotAt := time.Unix(at, 0)
+			want := hedge
+			switch scheduler.Rank(ids, "r4", "tick", slotAt) {
+			case 0:
+				want = 0
+			case 3:
+				want = scheduler.BackstopAfter
+				backstopped++
+			}
+			if r.replica != "r4" {
+				t.Errorf("slot %v ran on %s, which was cut off", slotAt.UTC(), r.replica)
+			} else if r.delay > want {
+				t.Errorf("slot %v started %v late; want %v at most (r4's place in its order: %d)", slotAt.UTC(), r.delay, want,
+					scheduler.Rank(ids, "r4", "tick", slotAt))
+			}
+		}
+		if backstopped == 0 {
+			t.Error("r4 backed up no slot while the others were cut off: the test proves nothing")
+		}
+		t.Logf("%d slots started one backstop late", backstopped)
+	})
+}

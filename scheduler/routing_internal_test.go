@@ -231,3 +231,71 @@ func TestContenders(t *testing.T) {
 		t.Errorf("contenders: %d for a job two list, %d for one none lists; want 3 and 1 (r3 runs the same table)", n, m)
 	}
 }
+
+// TestRoles: under spread routing, a slot's preferred replica claims it
+// first, the next Hedgers replicas in its rendezvous order hedge, and the
+// rest back it up. A replica claims at once under routing race, with fewer
+// than two live candidates, and while it is not among the candidates
+// itself (its own heartbeat not in yet): the others may count on it for
+// slots that its view does not give it, and racing is always safe.
+func TestRoles(t *testing.T) {
+	ids := []string{"r1", "r2", "r3", "r4", "r5"}
+	at := time.Unix(1_800_000_000, 0)
+	job := &jobState{Job: Job{Name: "a", Routing: RoutingSpread}}
+	s := &Scheduler{}
+	s.peers.candidates = map[string][]string{"a": ids}
+	count := map[role]int{}
+	for _, id := range ids {
+		r := &runner{s: s, self: id}
+		got := r.role(job, at)
+		count[got]++
+		want := roleBackstop
+		switch n := rank(ids, id, "a", at); {
+		case n == 0:
+			want = roleFirst
+		case n <= Hedgers:
+			want = roleHedge
+		}
+		if got != want {
+			t.Errorf("%s, ranked %d of %d: role %d, want %d", id, rank(ids, id, "a", at), len(ids), got, want)
+		}
+	}
+	if count[roleFirst] != 1 || count[roleHedge] != Hedgers || count[roleBackstop] != len(ids)-1-Hedgers {
+		t.Errorf("roles of 5 replicas: %v; want 1 first, %d hedging, the rest backing up", count, Hedgers)
+	}
+
+	newcomer := &runner{s: s, self: "r6"} // not among the candidates yet
+	if got := newcomer.role(job, at); got != roleFirst {
+		t.Errorf("a replica not among the candidates: role %d, want %d (claim at once)", got, roleFirst)
+	}
+	race := &jobState{Job: Job{Name: "a", Routing: RoutingRace}}
+	for _, id := range ids {
+		if got := (&runner{s: s, self: id}).role(race, at); got != roleFirst {
+			t.Errorf("routing race, %s: role %d, want %d", id, got, roleFirst)
+		}
+	}
+	alone := &Scheduler{}
+	alone.peers.candidates = map[string][]string{"a": {"r1"}}
+	if got := (&runner{s: alone, self: "r1"}).role(job, at); got != roleFirst {
+		t.Errorf("the only candidate: role %d, want %d", got, roleFirst)
+	}
+}
+
+// TestHedgeBounds: the automatic hedge is four round trips to Redis, no
+// shorter than minHedge (a preferred replica a moment late would otherwise
+// lose its slots to its hedgers, who then claim them too) and no longer
+// than maxHedge; a configured hedge is taken as it is.
+func TestHedgeBounds(t *testing.T) {
+	for _, c := range []struct{ rtt, configured, want time.Duration }{
+		{100 * time.Microsecond, 0, minHedge},
+		{10 * time.Millisecond, 0, 40 * time.Millisecond},
+		{time.Second, 0, maxHedge},
+		{100 * time.Microsecond, time.Second, time.Second},
+	} {
+		s := &Scheduler{rtt: c.rtt}
+		s.cfg.hedge = c.configured
+		if got := s.hedge(); got != c.want {
+			t.Errorf("round trip %v, configured %v: hedge %v, want %v", c.rtt, c.configured, got, c.want)
+		}
+	}
+}

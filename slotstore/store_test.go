@@ -1416,3 +1416,32 @@ func TestRecordWhileAClaimLands(t *testing.T) {
 		t.Fatalf("Record while a claim lands: found %v, %v; want no record yet, no error", ok, err)
 	}
 }
+
+// TestClaimsOfSeveralReplicasInOneBatch: one Claim may carry the claims of
+// several replicas (a caller that claims for a pool of them). Each slot is
+// recorded as its own claimant's, and each job's lease names it, though
+// the claims share a round trip: the next slot's claim, skipped while the
+// run holds the job, names the replica that holds it.
+func TestClaimsOfSeveralReplicasInOneBatch(t *testing.T) {
+	_, _, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_003_000, 0)
+	claims := []slot.Claim{live("pool-a", at, "r1"), live("pool-b", at, "r2"), live("pool-c", at, "r1")}
+	res, err := s.Claim(ctx, claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range claims {
+		if res[i].Err != nil || res[i].Outcome != slot.OutcomeWon {
+			t.Fatalf("claim of %s by %s: %+v", c.Job, c.Replica, res[i])
+		}
+		rec, _, err := s.Record(ctx, c.Job, at)
+		if err != nil || rec.Owner != c.Replica {
+			t.Errorf("the record of %s (claimed by %s): %+v, %v; want it owned by %s", c.Job, c.Replica, rec, err, c.Replica)
+		}
+		next := claimOne(t, s, live(c.Job, at.Add(time.Second), "r3"))
+		if next.Outcome != slot.OutcomeSkipped || next.Holder != c.Replica {
+			t.Errorf("the next slot of %s, while %s's run holds it: %s, holder %q; want skipped, holder %s", c.Job, c.Replica, next.Outcome, next.Holder, c.Replica)
+		}
+	}
+}
