@@ -40,8 +40,9 @@ func containerImage() string {
 // and then every container start fails on it. Each Server terminates its
 // container in its test's Cleanup, so the reaper only matters for a test
 // binary that is killed (SIGKILL, a -timeout panic): its containers are left
-// running. They carry the label org.testcontainers=true; remove them with
-// docker rm -f $(docker ps -q --filter label=org.testcontainers=true).
+// running, until the next test binary that starts one removes them
+// (reapOnce, by the label ownerLabel that names the process that started
+// them). By hand: docker rm -f $(docker ps -aq --filter label=io.slotcron.redistest.owner).
 // testcontainers-go reads its configuration once per process, so this runs
 // before each of its entry points here.
 var withoutReaper = sync.OnceFunc(func() {
@@ -85,6 +86,7 @@ type container struct {
 
 func startContainer() (*container, error) {
 	withoutReaper()
+	reapOnce()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	image := containerImage()
@@ -121,6 +123,7 @@ func runContainer(ctx context.Context, image, hostPort string) (*testcontainers.
 		// answers (wait.ForListeningPort dials testcontainers-go's guess, see
 		// reachableHost); Start then PINGs the address chosen here.
 		testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections")),
+		testcontainers.WithLabels(ownerLabels()), // removed by a later test binary if this one is killed
 	}
 	// Published on IPv4 only. Docker picks the IPv4 and the IPv6 port of a
 	// binding apart, so they drift (0.0.0.0:32905 and [::]:32881); Restart

@@ -28,8 +28,8 @@ import (
 // test fails saying so; StartSentinel runs the same deployment as processes.
 // Where no Docker daemon answers, the test fails saying what to install; it
 // never skips. The containers and the network are removed when the test ends;
-// a test binary that is killed leaves them, labelled org.testcontainers=true
-// (see withoutReaper).
+// a test binary that is killed leaves them, until the next test binary that
+// starts a container removes them (see withoutReaper).
 func StartSentinelContainers(t testing.TB) *Sentinel {
 	t.Helper()
 	if err := dockerAnswers(); err != nil {
@@ -37,13 +37,14 @@ func StartSentinelContainers(t testing.TB) *Sentinel {
 			"(Debian/Ubuntu: apt-get install docker.io; macOS: Docker Desktop), then build the image: deploy/images/build.sh redis. "+
 			"Without Docker, StartSentinel runs the same deployment as processes", err)
 	}
+	reapOnce()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	image := containerImage()
 	if err := imageIsHere(ctx, image); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
-	nw, err := tcnetwork.New(ctx)
+	nw, err := tcnetwork.New(ctx, tcnetwork.WithLabels(ownerLabels()))
 	if err != nil {
 		t.Fatalf("redistest: create a Docker network for the sentinel deployment: %v", err)
 	}
@@ -111,7 +112,7 @@ type netNode struct {
 // port is the one its redis-server listens on.
 func startNode(ctx context.Context, image string, nw *testcontainers.DockerNetwork, port int,
 	opts ...testcontainers.ContainerCustomizer) (*netNode, error) {
-	opts = append(opts, tcnetwork.WithNetwork(nil, nw))
+	opts = append(opts, tcnetwork.WithNetwork(nil, nw), testcontainers.WithLabels(ownerLabels()))
 	c, err := testcontainers.Run(ctx, image, opts...)
 	if err != nil {
 		if c != nil {
