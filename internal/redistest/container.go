@@ -42,7 +42,9 @@ func containerImage() string {
 // binary that is killed (SIGKILL, a -timeout panic): its containers are left
 // running, until the next test binary that starts one removes them
 // (reapOnce, by the label ownerLabel that names the process that started
-// them). By hand: docker rm -f $(docker ps -aq --filter label=io.slotcron.redistest.owner).
+// them). By hand, when no test is running: docker rm -f $(docker ps -aq
+// --filter label=io.slotcron.redistest.owner), then docker network rm
+// $(docker network ls -q --filter label=io.slotcron.redistest.owner).
 // testcontainers-go reads its configuration once per process, so this runs
 // before each of its entry points here.
 var withoutReaper = sync.OnceFunc(func() {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package redistest
 
 import (
@@ -66,12 +68,10 @@ func TestContainersOfAKilledRunAreRemoved(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = nw.Remove(context.Background()) })
 
-	removed, err := reapOrphans(ctx)
-	if err != nil {
+	// (Another test binary starting its first container meanwhile may
+	// remove the orphans first: what is left is what counts.)
+	if _, err := reapOrphans(ctx); err != nil {
 		t.Fatalf("reapOrphans: %v", err)
-	}
-	if removed < 2 { // others may be left from killed runs before this one
-		t.Errorf("reapOrphans removed %d, want at least the orphan container and its network", removed)
 	}
 	if got := dockerPS(t, orphan, true); len(got) != 0 {
 		t.Errorf("the container of a process that has ended is still there: %v", got)
