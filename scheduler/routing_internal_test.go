@@ -249,13 +249,7 @@ func TestRoles(t *testing.T) {
 		r := &runner{s: s, self: id}
 		got := r.role(job, at)
 		count[got]++
-		want := roleBackstop
-		switch n := rank(ids, id, "a", at); {
-		case n == 0:
-			want = roleFirst
-		case n <= Hedgers:
-			want = roleHedge
-		}
+		want := []role{roleFirst, roleHedge, roleHedge, roleBackstop, roleBackstop}[rank(ids, id, "a", at)] // Hedgers is 2
 		if got != want {
 			t.Errorf("%s, ranked %d of %d: role %d, want %d", id, rank(ids, id, "a", at), len(ids), got, want)
 		}

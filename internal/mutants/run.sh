@@ -9,7 +9,7 @@
 # holds. Exits 1 if one survived or could not be applied (its text not found
 # exactly once, or the mutant does not build).
 #
-#   internal/mutants/run.sh                 # every mutant (about 20 minutes on 2 cores)
+#   internal/mutants/run.sh                 # every mutant (about an hour on 2 cores)
 #   ONLY=renew internal/mutants/run.sh      # those whose file or description matches (grep -E)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
