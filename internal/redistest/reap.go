@@ -143,37 +143,30 @@ func reapOrphans(ctx context.Context) (int, error) {
 	}
 	n := 0
 	var errs []error
-	for _, c := range cs.Items {
-		if !ownerGone(c.Labels[ownerLabel]) {
-			continue
-		}
-		_, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	removed := func(what string, err error) { // one removal's outcome, counted
 		switch {
-		case cerrdefs.IsNotFound(err):
-			continue
+		case cerrdefs.IsNotFound(err): // another test binary was first
 		case err != nil:
-			errs = append(errs, fmt.Errorf("remove container %.12s: %w", c.ID, err))
-			continue
+			errs = append(errs, fmt.Errorf("remove %s: %w", what, err))
+		default:
+			n++
 		}
-		n++
+	}
+	for _, c := range cs.Items {
+		if ownerGone(c.Labels[ownerLabel]) {
+			_, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+			removed(fmt.Sprintf("container %.12s", c.ID), err)
+		}
 	}
 	nws, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: filters})
 	if err != nil {
-		return n, fmt.Errorf("list networks: %w", err)
+		return n, errors.Join(append(errs, fmt.Errorf("list networks: %w", err))...)
 	}
 	for _, nw := range nws.Items {
-		if !ownerGone(nw.Labels[ownerLabel]) {
-			continue
+		if ownerGone(nw.Labels[ownerLabel]) {
+			_, err := cli.NetworkRemove(ctx, nw.ID, client.NetworkRemoveOptions{})
+			removed("network "+nw.Name, err)
 		}
-		_, err := cli.NetworkRemove(ctx, nw.ID, client.NetworkRemoveOptions{})
-		switch {
-		case cerrdefs.IsNotFound(err):
-			continue
-		case err != nil:
-			errs = append(errs, fmt.Errorf("remove network %s: %w", nw.Name, err))
-			continue
-		}
-		n++
 	}
 	return n, errors.Join(errs...)
 }
