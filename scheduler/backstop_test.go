@@ -24,6 +24,21 @@ func (l *runLog) onTime(t *testing.T, from, to time.Time) {
 	}
 }
 
+// cutOff cuts the replicas off from Redis half a second before from, and
+// gives them back once every slot before to has had two backstops' time to
+// start; then waits for the bubble to settle.
+func cutOff(cut []*replica, from, to time.Time) {
+	sleepUntil(from.Add(-500 * time.Millisecond))
+	for _, r := range cut {
+		r.net.freeze()
+	}
+	sleepUntil(to.Add(2 * scheduler.BackstopAfter))
+	for _, r := range cut {
+		r.net.thaw()
+	}
+	synctest.Wait()
+}
+
 // readLog counts, per replica, the slots whose records it read (Peek: a
 // hedger's read) and looked for (Missing: a backstop's look).
 type readLog struct {
@@ -108,17 +123,9 @@ func TestSpreadBackstopStartsTheSlot(t *testing.T) {
 			}
 		}
 		from := nextSecond(0).Add(10 * time.Second)
-		sleepUntil(from.Add(-500 * time.Millisecond))
-		for _, r := range cut {
-			r.net.freeze()
-		}
 		stale := from.Add(4 * scheduler.DefaultHeartbeatEvery) // dropped, and seen dropped
 		to := stale.Add(10 * time.Second)
-		sleepUntil(to.Add(2 * scheduler.BackstopAfter))
-		for _, r := range cut {
-			r.net.thaw()
-		}
-		synctest.Wait()
+		cutOff(cut, from, to)
 		want := map[int]time.Duration{0: 0, 1: hedge, 2: hedge, 3: scheduler.BackstopAfter, 4: scheduler.BackstopAfter}
 		backstopped := 0
 		for at, r := range l.between(t, from, to) {
@@ -382,13 +389,9 @@ func TestAHedgersFailedReadStillClaims(t *testing.T) {
 				cut = r
 			}
 		}
-		from := nextSecond(0).Add(10 * time.Second) // every replica has heartbeated since all started
-		sleepUntil(from.Add(-500 * time.Millisecond))
-		cut.net.freeze()
+		from := nextSecond(0).Add(10 * time.Second)         // every replica has heartbeated since all started
 		to := from.Add(2 * scheduler.DefaultHeartbeatEvery) // before the registry drops r1
-		sleepUntil(to.Add(2 * scheduler.BackstopAfter))
-		cut.net.thaw()
-		synctest.Wait()
+		cutOff([]*replica{cut}, from, to)
 		hedged := 0
 		for at, r := range l.between(t, from, to) {
 			slotAt := time.Unix(at, 0)
@@ -441,17 +444,9 @@ func TestABackstopsFailedLookStillClaims(t *testing.T) {
 				cut = append(cut, r)
 			}
 		}
-		from := nextSecond(0).Add(10 * time.Second) // every replica has heartbeated since all started
-		sleepUntil(from.Add(-500 * time.Millisecond))
-		for _, r := range cut {
-			r.net.freeze()
-		}
+		from := nextSecond(0).Add(10 * time.Second)         // every replica has heartbeated since all started
 		to := from.Add(2 * scheduler.DefaultHeartbeatEvery) // before the registry drops them
-		sleepUntil(to.Add(2 * scheduler.BackstopAfter))
-		for _, r := range cut {
-			r.net.thaw()
-		}
-		synctest.Wait()
+		cutOff(cut, from, to)
 		backstopped := 0
 		for at, r := range l.between(t, from, to) {
 			slotAt := time.Unix(at, 0)
