@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -96,6 +97,17 @@ type peerView struct {
 	// older are the IDs of the live replicas of an older slot protocol
 	// (slot.Registry.Older): while there is one, this replica claims nothing.
 	older []string
+	// gone are the replicas that heartbeats found gone mid catch-up
+	// (slot.Registry.Gone), by goneKey, until settleGone has recorded
+	// their unreached slots: a later heartbeat may no longer read an entry
+	// (a successor under its ID replaced it).
+	gone map[string]slot.Replica
+}
+
+// goneKey tells one gone replica's entry from another: its ID, its
+// instance and its last heartbeat.
+func goneKey(g slot.Replica) string {
+	return g.ID + " " + g.Instance + " " + strconv.FormatInt(g.Seen.UnixMilli(), 10)
 }
 
 // olderPeers returns the IDs of the live replicas of an older slot protocol,
@@ -188,6 +200,12 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 	wasCands, wasSame := s.peers.candidates, s.peers.sameTable
 	s.peers.reg, s.peers.disagreements, s.peers.candidates, s.peers.sameTable = reg, dis, cands, same
 	s.peers.older = older
+	for _, g := range reg.Gone {
+		if s.peers.gone == nil {
+			s.peers.gone = map[string]slot.Replica{}
+		}
+		s.peers.gone[goneKey(g)] = g
+	}
 	s.peers.mu.Unlock()
 	if left(was, reg) || dropped(wasCands, wasSame, cands, same) {
 		select { // the loop reads which slots run: it may now have to watch some that the replica gone (or no longer a candidate) watched
@@ -292,9 +310,31 @@ func (r *runner) register(ctx context.Context) error {
 }
 
 // heartbeatLoop publishes this replica every period until ctx ends.
+// After each, it records the catch-up slots of replicas gone mid catch-up
+// (settleGone), in a goroutine of its own, one at a time, so that a long
+// backlog does not hold the heartbeats back; it waits for it before it
+// returns.
 func (r *runner) heartbeatLoop(ctx context.Context) {
+	var settling sync.WaitGroup
+	defer settling.Wait()
+	busy := make(chan struct{}, 1)
+	settle := func() {
+		select {
+		case busy <- struct{}{}:
+		default:
+			return // the last one is still at it
+		}
+		settling.Add(1)
+		go func() {
+			defer settling.Done()
+			defer func() { <-busy }()
+			r.settleGone(ctx)
+		}()
+	}
+	settle() // the registration's heartbeat read the registry
 	for r.sleep(ctx, r.s.cfg.heartbeatEvery) {
 		r.beat(ctx, r.s.cfg.claimTimeout, "heartbeat failed")
+		settle()
 	}
 }
 

@@ -63,6 +63,11 @@ type runner struct {
 	// says that the slot never ran (stale).
 	planned time.Time
 
+	// settled are the gone replicas' entries (ID, instance, last seen)
+	// whose unreached catch-up slots are recorded (settleGone). Owned by
+	// the heartbeat loop's settling goroutine, one at a time.
+	settled map[string]bool
+
 	runEnded chan runEnded // from run goroutines to the loop
 	loopDone chan struct{} // closed when the loop has returned: nobody receives events
 
@@ -99,6 +104,7 @@ func newRunner(s *Scheduler) *runner {
 		catchup:   map[*jobState][]time.Time{},
 		backlog:   map[*jobState]*backlog{},
 		watching:  map[slotKey]bool{},
+		settled:   map[string]bool{},
 		onTime:    map[*jobState]int{},
 		runEnded:  make(chan runEnded),
 		loopDone:  make(chan struct{}),

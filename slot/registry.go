@@ -89,8 +89,14 @@ type Deployment struct {
 // deployment (this one included), and the other deployments on the same
 // Redis.
 type Registry struct {
-	Now         time.Time // the store's clock
-	Replicas    []Replica
+	Now      time.Time // the store's clock
+	Replicas []Replica
+	// Gone are the replicas that stopped heartbeating in the middle of a
+	// catch-up without leaving the registry (killed, or paused past the
+	// stale window): entries not seen within the stale window, and not yet
+	// removed, whose Catchup is not empty. A replica that stops leaves
+	// first, and records its unreached slots itself.
+	Gone        []Replica
 	Deployments []Deployment // other prefixes; nil when the store can't tell
 	// Protocol is the reader's own protocol version. A live replica of an
 	// older one keeps its state where this one does not look (protocol 1

@@ -45,7 +45,8 @@ type replicaJSON struct {
 // Heartbeat publishes me in the deployment's registry (<prefix>:replicas) and
 // its prefix and jobs in the registry every deployment shares
 // (DeploymentsKey), and reads both back: the live replicas (seen within
-// stale, this one included) and the other live prefixes. Two round trips:
+// stale, this one included), the stale ones that publish a catch-up (Gone:
+// they stopped heartbeating without leaving) and the other live prefixes. Two round trips:
 // the two script calls, one per key, then the job lists (syncLists). It
 // returns an error wrapping
 // slot.ErrDuplicateReplica, and writes nothing, when another live instance
@@ -111,10 +112,17 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: unexpected reply %v", vals)
 	}
 	pruned := int(r.int(2))
-	if len(vals) < 3+pruned {
+	if len(vals) < 4+pruned {
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: unexpected reply %v", vals)
 	}
-	if reg.Replicas, err = parseReplicas(vals[3+pruned:]); err != nil {
+	live := int(r.int(3 + pruned))
+	if live < 0 || len(vals) < 4+pruned+live {
+		return reg, fmt.Errorf("slotstore: sending the heartbeat: unexpected reply %v", vals)
+	}
+	if reg.Replicas, err = parseReplicas(vals[4+pruned : 4+pruned+live]); err != nil {
+		return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
+	}
+	if reg.Gone, err = parseReplicas(vals[4+pruned+live:]); err != nil {
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
 	if err := s.syncLists(ctx, me.ID, table, list, vals[3:3+pruned], reg.Replicas); err != nil {
@@ -187,8 +195,9 @@ func (s *Store) syncLists(ctx context.Context, id, table, list string, pruned []
 	return nil
 }
 
-// Registry reads the deployment's live replicas (seen within stale) without
-// publishing anything. One round trip.
+// Registry reads the deployment's live replicas (seen within stale), and
+// the stale ones that publish a catch-up (Gone), without publishing
+// anything. One round trip.
 func (s *Store) Registry(ctx context.Context, stale time.Duration) (slot.Registry, error) {
 	pipe := s.rdb.Pipeline()
 	now := pipe.Time(ctx)
@@ -202,11 +211,15 @@ func (s *Store) Registry(ctx context.Context, stale time.Duration) (slot.Registr
 		if err != nil {
 			return reg, fmt.Errorf("slotstore: reading the replica registry: %w", err)
 		}
-		if reg.Now.Sub(rep.Seen) < stale {
+		switch {
+		case reg.Now.Sub(rep.Seen) < stale:
 			reg.Replicas = append(reg.Replicas, rep)
+		case len(rep.Catchup) > 0 && reg.Now.Sub(rep.Seen) <= 10*stale: // as the heartbeat script reads it
+			reg.Gone = append(reg.Gone, rep)
 		}
 	}
 	slices.SortFunc(reg.Replicas, func(a, b slot.Replica) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(reg.Gone, func(a, b slot.Replica) int { return strings.Compare(a.ID, b.ID) })
 	return reg, nil
 }
 

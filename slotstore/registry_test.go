@@ -276,3 +276,78 @@ func TestHeartbeatCatchup(t *testing.T) {
 		}
 	}
 }
+
+// TestHeartbeatGone: a stale entry that publishes a catch-up (its replica
+// stopped heartbeating mid catch-up, without leaving) comes back as Gone,
+// through Heartbeat and Registry, until it is removed ten stale windows
+// on; so does a stale predecessor's entry under the heartbeating replica's
+// own ID, read before the new one replaces it. A live entry, a stale one
+// with no catch-up, and one that left are not gone.
+func TestHeartbeatGone(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	const stale = time.Minute
+	from, to := time.UnixMilli(1795549571000), time.UnixMilli(1795549671000)
+	key := s.Prefix() + ":replicas"
+	now := rdb.Time(ctx).Val()
+	entry := func(inst string, ago time.Duration, catchup bool) string {
+		desc := `{"protocol":2,"started_ms":1,"offset_ns":0,"table":"t"}`
+		if catchup {
+			desc = `{"protocol":2,"started_ms":1,"offset_ns":0,"table":"t","catchup_ms":{"report":[1795549571000,1795549671000]}}`
+		}
+		return inst + " " + strconv.FormatInt(now.Add(-ago).UnixMilli(), 10) + " " + desc
+	}
+	rdb.HSet(ctx, key,
+		"killed", entry("k-1", 2*stale, true),
+		"quiet", entry("q-1", 2*stale, false),
+		"ancient", entry("a-1", 11*stale, true),
+		"me", entry("old", 3*stale, true))
+	live := slot.Replica{ID: "live", Instance: "l-1", Started: time.Now(), Table: "t",
+		Catchup: map[string]slot.CatchupRange{"report": {From: from, To: to}}}
+	leaving := slot.Replica{ID: "leaving", Instance: "v-1", Started: time.Now(), Table: "t", Catchup: live.Catchup}
+	for _, r := range []slot.Replica{live, leaving} {
+		if _, err := s.Heartbeat(ctx, r, stale); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Leave(ctx, leaving); err != nil {
+		t.Fatal(err)
+	}
+	read, err := s.Registry(ctx, stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beat, err := s.Heartbeat(ctx, slot.Replica{ID: "me", Instance: "new", Started: time.Now(), Table: "t"}, stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func(rs []slot.Replica) string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.ID+"/"+r.Instance)
+		}
+		return strings.Join(out, " ")
+	}
+	for name, tc := range map[string]struct {
+		reg        slot.Registry
+		gone, live string
+	}{
+		"Registry":  {read, "killed/k-1 me/old", "live/l-1"},
+		"Heartbeat": {beat, "killed/k-1 me/old", "live/l-1 me/new"},
+	} {
+		if got := ids(tc.reg.Gone); got != tc.gone {
+			t.Errorf("%s: gone %q, want %q", name, got, tc.gone)
+		}
+		if got := ids(tc.reg.Replicas); got != tc.live {
+			t.Errorf("%s: live %q, want %q", name, got, tc.live)
+		}
+		for _, g := range tc.reg.Gone {
+			if r := g.Catchup["report"]; len(g.Catchup) != 1 || !r.From.Equal(from) || !r.To.Equal(to) {
+				t.Errorf("%s: %s's catch-up %v, want report %v..%v", name, g.ID, g.Catchup, from, to)
+			}
+		}
+	}
+	if rdb.HExists(ctx, key, "ancient").Val() {
+		t.Error("an entry ten stale windows old is still there")
+	}
+}

@@ -1,0 +1,119 @@
+package scheduler_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/slotcron/slotcron/scheduler"
+	"github.com/slotcron/slotcron/slot"
+)
+
+// goneCatchup checks the catch-up slots last+10..last+100 while a replica
+// is cut off: each has a record, none started twice, and those that did not
+// run were recorded missed by a peer that saw gone's heartbeat go stale. It
+// returns how many ran or are running (started once), and how many a peer
+// recorded so.
+func goneCatchup(t *testing.T, h *harness, last int64, gone string) (started, recorded int) {
+	t.Helper()
+	starts := map[int64]int{}
+	for _, s := range h.starts("starts") {
+		starts[s.slot]++
+	}
+	for at := last + 10; at <= last+100; at += 10 {
+		rec, ok := h.record("j", at)
+		switch {
+		case !ok:
+			t.Errorf("slot %d, in %s's catch-up, has no record", at, gone)
+		case starts[at] > 1:
+			t.Errorf("slot %d started %d times", at, starts[at])
+		case starts[at] == 1:
+			started++
+		case rec.State == slot.StateMissed && strings.Contains(rec.Error, gone+" stopped heartbeating before its catch-up reached it"):
+			recorded++
+		default:
+			t.Errorf("slot %d: %s %q, %d starts", at, rec.State, rec.Error, starts[at])
+		}
+	}
+	return started, recorded
+}
+
+// TestAKilledReplicasCatchupIsRecordedByAPeer: after an outage, r1 catches
+// up 10 slots, one at a time; r2 starts 20 s later, once live slots have
+// run, so it planned none of them. 40 s in, r1 is cut off for good, as a
+// SIGKILL or a lost host would leave it: it records nothing as it dies, and
+// the job's state already holds later slots, so no later start plans the
+// ones it had not reached. Once r1's heartbeat is stale, r2 must record
+// them missed, saying whose catch-up they were in. Before, they kept no
+// record. r1 then comes back (it was only paused): it must not run a slot
+// that r2 recorded.
+func TestAKilledReplicasCatchupIsRecordedByAPeer(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		last, table, reg := catchupOutage(t, h)
+		r1 := h.start("r1", reg(), table)
+		time.Sleep(20 * time.Second)
+		metrics := sdkmetric.NewManualReader()
+		h.start("r2", reg(), table, scheduler.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))))
+		time.Sleep(20 * time.Second)
+		r1.net.freeze()
+		time.Sleep(2 * time.Minute) // stale after three heartbeats (15 s); takeovers read running slots once a minute
+		started, recorded := goneCatchup(t, h, last, "r1")
+		if started < 1 || recorded < 5 {
+			t.Errorf("%d catch-up slots started, %d recorded missed by r2; want the first to start, and at least 5 recorded", started, recorded)
+		}
+		if n := claimsOf(t, metrics, "missed"); n != int64(recorded) {
+			t.Errorf("r2's slotcron.claims{outcome=missed}: %d; want the %d slots it recorded", n, recorded)
+		}
+		t.Logf("before r1 comes back: %d started, %d recorded missed by r2", started, recorded)
+
+		r1.net.thaw()
+		time.Sleep(5 * time.Minute) // r1's catch-up would have run them all
+		if s, m := goneCatchup(t, h, last, "r1"); s != started || m != recorded {
+			t.Errorf("after r1 came back: %d started, %d recorded missed; want %d and %d, unchanged", s, m, started, recorded)
+		}
+	})
+}
+
+// TestAKilledReplicasCatchupIsLeftToAPeerThatHoldsIt: r1 and r2 start
+// together after the outage, so both planned the same catch-up; r1 is cut
+// off 30 s in. r2 runs every slot of it: seeing r1's heartbeat go stale, it
+// must not record missed the slots that its own catch-up is about to run.
+func TestAKilledReplicasCatchupIsLeftToAPeerThatHoldsIt(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		last, table, reg := catchupOutage(t, h)
+		r1 := h.start("r1", reg(), table)
+		h.start("r2", reg(), table)
+		time.Sleep(30 * time.Second)
+		r1.net.freeze()
+		time.Sleep(5 * time.Minute) // r2 runs the rest, one at a time
+		if started, recorded := goneCatchup(t, h, last, "r1"); started != 10 || recorded != 0 {
+			t.Errorf("%d catch-up slots started, %d recorded missed; want all 10 started, by r2 after r1 was cut off", started, recorded)
+		}
+	})
+}
+
+// TestAKilledReplicasSuccessorRecordsItsCatchup: r1 catches up alone and
+// is killed 40 s in; its pod starts again under the same ID once its
+// heartbeat is stale. The job's state holds the live slots r1 ran while
+// catching up, so the successor plans none of the old catch-up; it reads
+// its predecessor's entry as it replaces it, and records missed the slots
+// the predecessor had not reached. Before, with no peer, they kept no
+// record.
+func TestAKilledReplicasSuccessorRecordsItsCatchup(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		last, table, reg := catchupOutage(t, h)
+		r1 := h.start("r1", reg(), table)
+		time.Sleep(40 * time.Second)
+		r1.net.freeze()
+		time.Sleep(20 * time.Second) // its heartbeat is stale
+		h.start("r1", reg(), table)
+		time.Sleep(time.Minute)
+		started, recorded := goneCatchup(t, h, last, "r1")
+		if started < 1 || recorded < 5 {
+			t.Errorf("%d catch-up slots started, %d recorded missed by r1's successor; want the first to start, and at least 5 recorded", started, recorded)
+		}
+		t.Logf("%d started, %d recorded missed by r1's successor", started, recorded)
+	})
+}

@@ -1,0 +1,170 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/slotcron/slotcron/slot"
+)
+
+// goneReason is recorded with a catch-up slot that a replica had not
+// reached when it stopped heartbeating without leaving the registry.
+func goneReason(replica string) string {
+	return "no replica was running at the slot; " + replica + " stopped heartbeating before its catch-up reached it " +
+		"(killed, or paused past the stale window)"
+}
+
+// settleGone records missed the catch-up slots that replicas gone from the
+// registry had not reached. A replica killed mid catch-up (SIGKILL, the OOM
+// killer, a lost host) records nothing as it dies, and the job's state
+// already holds the live slots that ran meanwhile, so no later start plans
+// those slots again: they would keep no record. Its entry stays in the
+// registry, stale, with the range it last published (slot.Registry.Gone),
+// until it is removed ten stale windows later; a live replica of the same
+// table, or the killed one's successor under its ID, reads it there.
+//
+// It leaves alone the slots that this replica or a live peer holds in its
+// own catch-up (they run them), and those that have a record (run, or
+// recorded by another peer first): it reads which have none, then claims
+// each of those missed, once its misfire grace has passed on Redis's clock.
+// A gone replica that was only paused finds the record when it comes back
+// and does not run the slot. An entry is settled once every slot of it is
+// recorded; one that could not be (Redis did not answer, or a grace has not
+// passed) is tried again at the next heartbeat.
+func (r *runner) settleGone(ctx context.Context) {
+	r.s.peers.mu.Lock()
+	reg, gone := r.s.peers.reg, maps.Clone(r.s.peers.gone)
+	r.s.peers.mu.Unlock()
+	defer func() {
+		r.s.peers.mu.Lock()
+		for key := range r.settled {
+			delete(r.s.peers.gone, key)
+		}
+		r.s.peers.mu.Unlock()
+	}()
+	for _, key := range slices.Sorted(maps.Keys(gone)) {
+		g := gone[key]
+		if (g.ID == r.self && g.Instance == r.s.instance) || r.settled[key] {
+			r.settled[key] = true
+			continue
+		}
+		if g.Table != r.s.table.Table {
+			r.settled[key] = true // said once
+			r.log.Warn(g.ID+" stopped heartbeating before its catch-up was done, and runs another table than this replica: "+
+				"its unreached catch-up slots are left to a live replica of its table, and keep no record if none is live",
+				"peer", g.ID, "seen", g.Seen.UTC().Format(time.RFC3339))
+			continue
+		}
+		if err := r.settle(ctx, reg, g); err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("cannot yet record the catch-up slots that "+g.ID+" had not reached: trying again at the next heartbeat",
+					"peer", g.ID, "error", err)
+			}
+			continue
+		}
+		r.settled[key] = true
+	}
+}
+
+// errNotYet is settle's error while a slot's misfire grace has not passed.
+var errNotYet = errors.New("a slot's misfire grace has not passed yet on Redis's clock")
+
+// settle records the unreached catch-up slots of g, gone from reg.
+func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica) error {
+	peers := catchupPeers(reg, r.self, r.s.table.Table, r.s.cfg.heartbeatEvery*3/2)
+	own := r.s.catchups.snapshot()
+	var (
+		refs  []slot.Ref
+		js    []*jobState
+		stale []*jobState // a job per slot past the retention
+		held  int
+	)
+	for _, j := range r.s.jobs {
+		rg, ok := g.Catchup[j.Name]
+		if !ok {
+			continue
+		}
+		// The slots were planned after g started, with no record then; a
+		// retention (less twice max_skew) later, a record written since may
+		// have expired, and a slot that ran would be recorded missed.
+		expired := reg.Now.Sub(g.Started) > j.Retention-2*r.s.cfg.maxSkew
+		n := 0
+		for at := rg.From; !at.IsZero() && !at.After(rg.To) && n < MaxCatchupSlots; at = j.sched.Next(at) {
+			n++
+			switch mine, ok := own[j.Name]; {
+			case (ok && mine.Holds(at)) || carrier(peers, j.Name, at) != "":
+				held++
+			case expired:
+				stale = append(stale, j)
+			default:
+				refs, js = append(refs, slot.Ref{Job: j.Name, At: at}), append(js, j)
+			}
+		}
+	}
+	var recorded, lost, early int
+	for start := 0; start < len(refs); start += maxBatch {
+		end := min(start+maxBatch, len(refs))
+		cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+		missing, err := r.s.claimer.Missing(cctx, refs[start:end])
+		if err == nil && len(missing) > 0 {
+			claims := make([]slot.Claim, len(missing))
+			for k, i := range missing {
+				c := r.claim(slot.ClaimMiss, js[start+i], refs[start+i].At)
+				c.Reason = goneReason(g.ID)
+				claims[k] = c
+			}
+			var res []slot.Result
+			res, err = r.s.claimer.Claim(cctx, claims)
+			for k, c := range claims {
+				outcome := outcomeError
+				if err == nil && res[k].Err == nil {
+					outcome = string(res[k].Outcome)
+				}
+				r.s.tel.claimed(r.s.tel.metricsOf(c.Job), outcome)
+				switch {
+				case err != nil:
+				case res[k].Err != nil:
+					err = res[k].Err
+				case res[k].Outcome == slot.OutcomeMissed:
+					recorded++
+				case res[k].Outcome == slot.OutcomeEarly:
+					early++
+				default:
+					lost++ // it had a record meanwhile
+				}
+			}
+		}
+		cancel()
+		if err == nil && early > 0 {
+			err = fmt.Errorf("%w (%d slots)", errNotYet, early)
+		}
+		if err != nil {
+			r.logGone(g, recorded, held, nil)
+			return err
+		}
+	}
+	for _, j := range stale {
+		r.s.tel.claimed(r.s.tel.metricsOf(j.Name), outcomeStale)
+	}
+	r.logGone(g, recorded, held, stale)
+	return nil
+}
+
+// logGone says what settle did of g's catch-up: at WARN when it recorded
+// slots, at ERROR when it left some with no record (stale: a job per slot).
+func (r *runner) logGone(g slot.Replica, recorded, held int, stale []*jobState) {
+	attrs := []any{"peer", g.ID, "seen", g.Seen.UTC().Format(time.RFC3339), "recorded", recorded, "left_to_live_catchups", held}
+	switch {
+	case len(stale) > 0:
+		r.log.Error(g.ID+" stopped heartbeating before its catch-up was done: its unreached slots planned a retention ago "+
+			"keep no record (a record of a slot that ran may have expired since)",
+			append(attrs, "past_retention", len(stale), "slotcron.job", stale[0].Name)...)
+	case recorded > 0:
+		r.log.Warn(g.ID+" stopped heartbeating before its catch-up was done (killed, or paused past the stale window): "+
+			"recorded missed the slots it had not reached", attrs...)
+	}
+}
