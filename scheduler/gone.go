@@ -54,8 +54,9 @@ func (r *runner) settleGone(ctx context.Context) {
 		}
 		if g.Table != r.s.table.Table {
 			r.settled[key] = true // said once
-			r.log.Warn(g.ID+" stopped heartbeating before its catch-up was done, and runs another table than this replica: "+
-				"its unreached catch-up slots are left to a live replica of its table, and keep no record if none is live",
+			r.log.Warn(g.ID+" stopped heartbeating before its catch-up was done, and ran another table than this replica's: "+
+				"this replica does not record its unreached catch-up slots; a live replica of that table does, if one reads its entry "+
+				"(a successor under its ID replaces it), else they keep no record",
 				"peer", g.ID, "seen", g.Seen.UTC().Format(time.RFC3339))
 			continue
 		}
@@ -73,16 +74,59 @@ func (r *runner) settleGone(ctx context.Context) {
 // errNotYet is settle's error while a slot's misfire grace has not passed.
 var errNotYet = errors.New("a slot's misfire grace has not passed yet on Redis's clock")
 
-// settle records the unreached catch-up slots of g, gone from reg.
+// settle records the unreached catch-up slots of g, gone from reg. It
+// leaves the slots that this replica holds in its own catch-up (all its
+// jobs', not only those a heartbeat lists), and those that a live peer of
+// the table publishes in its own (seen within the stale window: a peer
+// counted on that is dead too has an entry of its own, settled once it is
+// stale). Slots go out maxBatch at a time, as they are made.
 func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica) error {
-	peers := catchupPeers(reg, r.self, r.s.table.Table, r.s.cfg.heartbeatEvery*3/2)
-	own := r.s.catchups.snapshot()
+	peers := catchupPeers(reg, r.self, r.s.table.Table, r.s.staleAfter())
+	own := r.s.catchups.all()
 	var (
-		refs  []slot.Ref
-		js    []*jobState
-		stale []*jobState // a job per slot past the retention
-		held  int
+		refs                  []slot.Ref
+		js                    []*jobState
+		stale                 []*jobState // a job per slot past the retention
+		held, recorded, early int
+		err                   error
 	)
+	flush := func() {
+		if len(refs) == 0 || err != nil {
+			refs, js = refs[:0], js[:0]
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+		defer cancel()
+		var missing []int
+		if missing, err = r.s.claimer.Missing(cctx, refs); err != nil || len(missing) == 0 {
+			refs, js = refs[:0], js[:0]
+			return
+		}
+		claims := make([]slot.Claim, len(missing))
+		for k, i := range missing {
+			claims[k] = r.bareClaim(slot.ClaimMiss, js[i], refs[i].At)
+			claims[k].Reason = goneReason(g.ID)
+		}
+		refs, js = refs[:0], js[:0]
+		var res []slot.Result
+		res, err = r.s.claimer.Claim(cctx, claims)
+		for k, c := range claims {
+			outcome := outcomeError
+			if err == nil && res[k].Err == nil {
+				outcome = string(res[k].Outcome)
+			}
+			r.s.tel.claimed(r.s.tel.metricsOf(c.Job), outcome)
+			switch {
+			case err != nil:
+			case res[k].Err != nil:
+				err = res[k].Err
+			case res[k].Outcome == slot.OutcomeMissed:
+				recorded++
+			case res[k].Outcome == slot.OutcomeEarly:
+				early++
+			}
+		}
+	}
 	for _, j := range r.s.jobs {
 		rg, ok := g.Catchup[j.Name]
 		if !ok {
@@ -93,7 +137,7 @@ func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica) 
 		// have expired, and a slot that ran would be recorded missed.
 		expired := reg.Now.Sub(g.Started) > j.Retention-2*r.s.cfg.maxSkew
 		n := 0
-		for at := rg.From; !at.IsZero() && !at.After(rg.To) && n < MaxCatchupSlots; at = j.sched.Next(at) {
+		for at := rg.From; !at.IsZero() && !at.After(rg.To) && n < MaxCatchupSlots && err == nil; at = j.sched.Next(at) {
 			n++
 			switch mine, ok := own[j.Name]; {
 			case (ok && mine.Holds(at)) || carrier(peers, j.Name, at) != "":
@@ -101,51 +145,19 @@ func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica) 
 			case expired:
 				stale = append(stale, j)
 			default:
-				refs, js = append(refs, slot.Ref{Job: j.Name, At: at}), append(js, j)
+				if refs, js = append(refs, slot.Ref{Job: j.Name, At: at}), append(js, j); len(refs) == maxBatch {
+					flush()
+				}
 			}
 		}
 	}
-	var recorded, lost, early int
-	for start := 0; start < len(refs); start += maxBatch {
-		end := min(start+maxBatch, len(refs))
-		cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
-		missing, err := r.s.claimer.Missing(cctx, refs[start:end])
-		if err == nil && len(missing) > 0 {
-			claims := make([]slot.Claim, len(missing))
-			for k, i := range missing {
-				c := r.claim(slot.ClaimMiss, js[start+i], refs[start+i].At)
-				c.Reason = goneReason(g.ID)
-				claims[k] = c
-			}
-			var res []slot.Result
-			res, err = r.s.claimer.Claim(cctx, claims)
-			for k, c := range claims {
-				outcome := outcomeError
-				if err == nil && res[k].Err == nil {
-					outcome = string(res[k].Outcome)
-				}
-				r.s.tel.claimed(r.s.tel.metricsOf(c.Job), outcome)
-				switch {
-				case err != nil:
-				case res[k].Err != nil:
-					err = res[k].Err
-				case res[k].Outcome == slot.OutcomeMissed:
-					recorded++
-				case res[k].Outcome == slot.OutcomeEarly:
-					early++
-				default:
-					lost++ // it had a record meanwhile
-				}
-			}
-		}
-		cancel()
-		if err == nil && early > 0 {
-			err = fmt.Errorf("%w (%d slots)", errNotYet, early)
-		}
-		if err != nil {
-			r.logGone(g, recorded, held, nil)
-			return err
-		}
+	flush()
+	if err == nil && early > 0 {
+		err = fmt.Errorf("%w (%d slots)", errNotYet, early)
+	}
+	if err != nil {
+		r.logGone(g, recorded, held, nil)
+		return err
 	}
 	for _, j := range stale {
 		r.s.tel.claimed(r.s.tel.metricsOf(j.Name), outcomeStale)
@@ -155,16 +167,32 @@ func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica) 
 }
 
 // logGone says what settle did of g's catch-up: at WARN when it recorded
-// slots, at ERROR when it left some with no record (stale: a job per slot).
+// slots, at ERROR when it left some unrecorded (stale: a job per slot).
 func (r *runner) logGone(g slot.Replica, recorded, held int, stale []*jobState) {
 	attrs := []any{"peer", g.ID, "seen", g.Seen.UTC().Format(time.RFC3339), "recorded", recorded, "left_to_live_catchups", held}
 	switch {
 	case len(stale) > 0:
 		r.log.Error(g.ID+" stopped heartbeating before its catch-up was done: its unreached slots planned a retention ago "+
-			"keep no record (a record of a slot that ran may have expired since)",
+			"are not recorded, and those with no record keep none (a record of a slot that ran may have expired since)",
 			append(attrs, "past_retention", len(stale), "slotcron.job", stale[0].Name)...)
 	case recorded > 0:
 		r.log.Warn(g.ID+" stopped heartbeating before its catch-up was done (killed, or paused past the stale window): "+
 			"recorded missed the slots it had not reached", attrs...)
+	}
+}
+
+// pendingGone logs at ERROR, as this replica stops, the gone replicas'
+// entries it could not settle: nobody may read them again (a successor
+// under a killed replica's ID replaced its entry), and their unreached
+// slots keep no record.
+func (r *runner) pendingGone() {
+	r.s.peers.mu.Lock()
+	defer r.s.peers.mu.Unlock()
+	for key, g := range r.s.peers.gone {
+		if !r.settled[key] && !(g.ID == r.self && g.Instance == r.s.instance) && g.Table == r.s.table.Table {
+			r.log.Error("stopping before the catch-up slots that "+g.ID+" had not reached were recorded: "+
+				"they keep no record unless a live replica of the table reads its entry", "peer", g.ID,
+				"seen", g.Seen.UTC().Format(time.RFC3339))
+		}
 	}
 }

@@ -41,6 +41,12 @@ func (r *runner) stop(ctx context.Context) {
 		}
 	}
 	r.flushMisses(ctx, peers)
+	// The gone replicas' entries not settled yet: tried once more, then
+	// said at ERROR (the heartbeat loop, which settles them, has returned).
+	sctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+	r.settleGone(sctx)
+	cancel()
+	r.pendingGone()
 }
 
 // catchupPeers returns the live peers of reg that run table and publish a
@@ -92,6 +98,13 @@ func (v *catchupView) set(job string, rest []time.Time) {
 		v.jobs = map[string]slot.CatchupRange{}
 	}
 	v.jobs[job] = slot.CatchupRange{From: rest[0], To: rest[len(rest)-1]}
+}
+
+// all returns every job's range, however many: what this replica holds.
+func (v *catchupView) all() map[string]slot.CatchupRange {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return maps.Clone(v.jobs)
 }
 
 // snapshot returns what a heartbeat publishes: at most maxListedJobs jobs'

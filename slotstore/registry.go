@@ -112,19 +112,17 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: unexpected reply %v", vals)
 	}
 	pruned := int(r.int(2))
-	if len(vals) < 4+pruned {
-		return reg, fmt.Errorf("slotstore: sending the heartbeat: unexpected reply %v", vals)
+	live := 0
+	if r.err == nil && pruned >= 0 && len(vals) >= 4+pruned {
+		live = int(r.int(3 + pruned))
 	}
-	live := int(r.int(3 + pruned))
-	if live < 0 || len(vals) < 4+pruned+live {
+	if r.err != nil || pruned < 0 || live < 0 || live%2 != 0 || len(vals) < 4+pruned+live {
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: unexpected reply %v", vals)
 	}
 	if reg.Replicas, err = parseReplicas(vals[4+pruned : 4+pruned+live]); err != nil {
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
-	if reg.Gone, err = parseReplicas(vals[4+pruned+live:]); err != nil {
-		return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
-	}
+	reg.Gone = parseGone(vals[4+pruned+live:])
 	if err := s.syncLists(ctx, me.ID, table, list, vals[3:3+pruned], reg.Replicas); err != nil {
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
@@ -246,6 +244,22 @@ func parseReplica(id, v string) (slot.Replica, error) {
 	return slot.Replica{ID: id, Instance: inst, Version: d.Version, Protocol: protocol, Started: time.UnixMilli(d.Started),
 		Seen: time.UnixMilli(seen), Offset: time.Duration(d.OffsetNS), MaxSkew: max(time.Duration(d.MaxSkewNS), 0),
 		Jobs: d.Jobs, Table: table(d), Catchup: catchup}, nil
+}
+
+// parseGone reads the stale entries that publish a catch-up, skipping one
+// that does not parse (a version that wrote it otherwise): unlike a live
+// entry's, it must not stop the heartbeat, and the registration with it.
+func parseGone(fields []any) []slot.Replica {
+	var out []slot.Replica
+	for i := 0; i+1 < len(fields); i += 2 {
+		id, _ := fields[i].(string)
+		v, _ := fields[i+1].(string)
+		if rep, err := parseReplica(id, v); err == nil {
+			out = append(out, rep)
+		}
+	}
+	slices.SortFunc(out, func(a, b slot.Replica) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }
 
 func parseReplicas(fields []any) ([]slot.Replica, error) {

@@ -282,7 +282,8 @@ func TestHeartbeatCatchup(t *testing.T) {
 // through Heartbeat and Registry, until it is removed ten stale windows
 // on; so does a stale predecessor's entry under the heartbeating replica's
 // own ID, read before the new one replaces it. A live entry, a stale one
-// with no catch-up, and one that left are not gone.
+// with no catch-up, and one that left are not gone; one that does not
+// parse is skipped.
 func TestHeartbeatGone(t *testing.T) {
 	_, rdb, s := newSlots(t)
 	ctx := context.Background()
@@ -317,6 +318,9 @@ func TestHeartbeatGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One that does not parse (another version's) is skipped: it must not
+	// stop the heartbeat.
+	rdb.HSet(ctx, key, "garbled", "g-1 "+strconv.FormatInt(now.Add(-2*stale).UnixMilli(), 10)+` {"catchup_ms":{"report":"soon"}}`)
 	beat, err := s.Heartbeat(ctx, slot.Replica{ID: "me", Instance: "new", Started: time.Now(), Table: "t"}, stale)
 	if err != nil {
 		t.Fatal(err)
