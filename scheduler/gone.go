@@ -109,13 +109,8 @@ func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica) 
 		}
 		refs, js = refs[:0], js[:0]
 		var res []slot.Result
-		res, err = r.s.claimer.Claim(cctx, claims)
-		for k, c := range claims {
-			outcome := outcomeError
-			if err == nil && res[k].Err == nil {
-				outcome = string(res[k].Outcome)
-			}
-			r.s.tel.claimed(r.s.tel.metricsOf(c.Job), outcome)
+		res, err = r.claimCounted(cctx, claims)
+		for k := range claims {
 			switch {
 			case err != nil:
 			case res[k].Err != nil:

@@ -246,6 +246,25 @@ func afterLease(wait, ttl time.Duration) time.Duration {
 	return max(wait, 0) + margin/2 + rand.N(margin/2+1)
 }
 
+// claimCounted sends claims in one call, unless ctx has ended (past the
+// claim timeout: they are not sent), and counts each answer in the claims
+// metric: an error for each when the call failed.
+func (r *runner) claimCounted(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	var res []slot.Result
+	err := ctx.Err()
+	if err == nil {
+		res, err = r.s.claimer.Claim(ctx, claims)
+	}
+	for k, c := range claims {
+		outcome := outcomeError
+		if err == nil && res[k].Err == nil {
+			outcome = string(res[k].Outcome)
+		}
+		r.s.tel.claimed(r.s.tel.metricsOf(c.Job), outcome)
+	}
+	return res, err
+}
+
 // flushMisses records, as the replica stops, the slots that its catch-up
 // policy left missed and that have no record yet: those still in the
 // backlog, and those waiting for their misfire grace to pass on Redis's
@@ -277,17 +296,8 @@ func (r *runner) flushMisses(ctx context.Context, peers []slot.Replica) {
 		if len(chunk) == 0 {
 			return
 		}
-		var res []slot.Result
-		err := ctx.Err() // past the claim timeout: the rest are not sent
-		if err == nil {
-			res, err = r.s.claimer.Claim(ctx, chunk)
-		}
-		for k, c := range chunk {
-			outcome := outcomeError
-			if err == nil && res[k].Err == nil {
-				outcome = string(res[k].Outcome)
-			}
-			r.s.tel.claimed(r.s.tel.metricsOf(c.Job), outcome)
+		res, err := r.claimCounted(ctx, chunk)
+		for k := range chunk {
 			switch {
 			case err != nil:
 				failed, lastErr = failed+1, err
