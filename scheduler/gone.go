@@ -86,28 +86,35 @@ func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica) 
 	var (
 		refs                  []slot.Ref
 		js                    []*jobState
-		stale                 []*jobState // a job per slot past the retention
+		expired               []bool      // per slot: planned a retention ago
+		stale                 []*jobState // a job per slot past the retention with no record
 		held, recorded, early int
 		err                   error
 	)
 	flush := func() {
+		defer func() { refs, js, expired = refs[:0], js[:0], expired[:0] }()
 		if len(refs) == 0 || err != nil {
-			refs, js = refs[:0], js[:0]
 			return
 		}
 		cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
 		defer cancel()
 		var missing []int
-		if missing, err = r.s.claimer.Missing(cctx, refs); err != nil || len(missing) == 0 {
-			refs, js = refs[:0], js[:0]
+		if missing, err = r.s.claimer.Missing(cctx, refs); err != nil {
 			return
 		}
-		claims := make([]slot.Claim, len(missing))
-		for k, i := range missing {
-			claims[k] = r.bareClaim(slot.ClaimMiss, js[i], refs[i].At)
-			claims[k].Reason = goneReason(g.ID)
+		claims := make([]slot.Claim, 0, len(missing))
+		for _, i := range missing {
+			if expired[i] {
+				stale = append(stale, js[i])
+				continue
+			}
+			c := r.bareClaim(slot.ClaimMiss, js[i], refs[i].At)
+			c.Reason = goneReason(g.ID)
+			claims = append(claims, c)
 		}
-		refs, js = refs[:0], js[:0]
+		if len(claims) == 0 {
+			return
+		}
 		var res []slot.Result
 		res, err = r.claimCounted(cctx, claims)
 		for k := range claims {
@@ -129,20 +136,19 @@ func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica) 
 		}
 		// The slots were planned after g started, with no record then; a
 		// retention (less twice max_skew) later, a record written since may
-		// have expired, and a slot that ran would be recorded missed.
-		expired := reg.Now.Sub(g.Started) > j.Retention-2*r.s.cfg.maxSkew
+		// have expired, and a slot that ran would be recorded missed. Those
+		// with a record are done with; those with none keep none (ERROR).
+		old := reg.Now.Sub(g.Started) > j.Retention-2*r.s.cfg.maxSkew
 		n := 0
 		for at := rg.From; !at.IsZero() && !at.After(rg.To) && n < MaxCatchupSlots && err == nil; at = j.sched.Next(at) {
 			n++
-			switch mine, ok := own[j.Name]; {
-			case (ok && mine.Holds(at)) || carrier(peers, j.Name, at) != "":
+			if mine, ok := own[j.Name]; (ok && mine.Holds(at)) || carrier(peers, j.Name, at) != "" {
 				held++
-			case expired:
-				stale = append(stale, j)
-			default:
-				if refs, js = append(refs, slot.Ref{Job: j.Name, At: at}), append(js, j); len(refs) == maxBatch {
-					flush()
-				}
+				continue
+			}
+			refs, js, expired = append(refs, slot.Ref{Job: j.Name, At: at}), append(js, j), append(expired, old)
+			if len(refs) == maxBatch {
+				flush()
 			}
 		}
 	}
@@ -162,13 +168,13 @@ func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica) 
 }
 
 // logGone says what settle did of g's catch-up: at WARN when it recorded
-// slots, at ERROR when it left some unrecorded (stale: a job per slot).
+// slots, at ERROR when it left some with no record (stale: a job per slot).
 func (r *runner) logGone(g slot.Replica, recorded, held int, stale []*jobState) {
 	attrs := []any{"peer", g.ID, "seen", g.Seen.UTC().Format(time.RFC3339), "recorded", recorded, "left_to_live_catchups", held}
 	switch {
 	case len(stale) > 0:
 		r.log.Error(g.ID+" stopped heartbeating before its catch-up was done: its unreached slots planned a retention ago "+
-			"are not recorded, and those with no record keep none (a record of a slot that ran may have expired since)",
+			"that have no record keep none (a record of a slot that ran may have expired since: they are not recorded missed)",
 			append(attrs, "past_retention", len(stale), "slotcron.job", stale[0].Name)...)
 	case recorded > 0:
 		r.log.Warn(g.ID+" stopped heartbeating before its catch-up was done (killed, or paused past the stale window): "+
