@@ -226,3 +226,69 @@ func TestAKilledReplicasCatchupIsLeftToItsHolderPastTheListedJobs(t *testing.T) 
 		}
 	})
 }
+
+// TestAKilledReplicasCatchupIsRecordedByAPeerOfAnotherTable: a deploy
+// that changes the table, mid catch-up. r1, of the old table, is killed
+// 40 s into its catch-up; r2 runs the new one, which adds a job k. Its
+// job j is r1's, with the same settings: r2 must record j's unreached
+// slots missed, as a replica of r1's table would (before, it only said at
+// WARN that it would not, and the 8 slots kept no record). When the deploy
+// changed j too, r2 cannot tell r1's slots from its own: it must say at
+// ERROR that they keep no record, since no replica of r1's table is live.
+// The same holds for r1's successor under its ID (its pod started again
+// with the new table), which reads r1's list before its own replaces it.
+func TestAKilledReplicasCatchupIsRecordedByAPeerOfAnotherTable(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		changed   bool
+		successor string
+	}{{"the job unchanged", false, "r2"}, {"the job changed", true, "r2"}, {"r1's successor", false, "r1"}} {
+		changed := c.changed
+		t.Run(c.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T, h *harness) {
+				last, table, reg := catchupOutage(t, h)
+				r1 := h.start("r1", reg(), table)
+				time.Sleep(40 * time.Second)
+				r1.net.freeze()
+				if c.successor == "r1" {
+					time.Sleep(20 * time.Second) // its heartbeat is stale
+				}
+				newTable := append([]scheduler.Job{table[0]}, scheduler.Job{Name: "k", Schedule: "@every 1h"})
+				if changed {
+					newTable[0].Timeout = time.Hour
+				}
+				fns := map[string]jobs.Func{"j": recorder(h.rdb, "starts", 25*time.Second), "k": recorder(h.rdb, "k", 0)}
+				var logs lines
+				h.start(c.successor, registry(t, fns), newTable,
+					scheduler.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+				time.Sleep(time.Minute) // r1 is stale 15 s after its last heartbeat
+				var errLines []string
+				for _, l := range logs.all() {
+					if strings.Contains(l, "level=ERROR") && strings.Contains(l, "r1") && strings.Contains(l, "keep no record") {
+						errLines = append(errLines, l)
+					}
+				}
+				if !changed {
+					started, recorded := goneCatchup(t, h, last, "r1")
+					if started < 1 || started+recorded != 10 {
+						t.Errorf("%d catch-up slots started, %d recorded missed by r2; want the first to start, and the rest recorded", started, recorded)
+					}
+					if len(errLines) != 0 {
+						t.Errorf("ERROR lines: %q; want none", errLines)
+					}
+					return
+				}
+				unrecorded := 0
+				for at := last + 10; at <= last+100; at += 10 {
+					if _, ok := h.record("j", at); !ok {
+						unrecorded++
+					}
+				}
+				if unrecorded < 5 || len(errLines) != 1 || !strings.Contains(errLines[0], "slotcron.job=j") {
+					t.Errorf("%d slots of r1's catch-up have no record; ERROR lines about them: %q; want at least 5, and one line naming j",
+						unrecorded, errLines)
+				}
+			})
+		})
+	}
+}

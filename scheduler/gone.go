@@ -52,15 +52,11 @@ func (r *runner) settleGone(ctx context.Context) {
 			r.settled[key] = true
 			continue
 		}
+		js, unlike := r.s.jobs, []string(nil)
 		if g.Table != r.s.table.Table {
-			r.settled[key] = true // said once
-			r.log.Warn(g.ID+" stopped heartbeating before its catch-up was done, and ran another table than this replica's: "+
-				"this replica does not record its unreached catch-up slots; a live replica of that table does, if one reads its entry "+
-				"(a successor under its ID replaces it), else they keep no record",
-				"peer", g.ID, "seen", g.Seen.UTC().Format(time.RFC3339))
-			continue
+			js, unlike = r.sameJobs(g)
 		}
-		if err := r.settle(ctx, reg, g); err != nil {
+		if err := r.settle(ctx, reg, g, js); err != nil {
 			if ctx.Err() == nil {
 				r.log.Warn("cannot yet record the catch-up slots that "+g.ID+" had not reached: trying again at the next heartbeat",
 					"peer", g.ID, "error", err)
@@ -68,19 +64,60 @@ func (r *runner) settleGone(ctx context.Context) {
 			continue
 		}
 		r.settled[key] = true
+		if len(unlike) > 0 {
+			r.logUnlike(reg, g, unlike)
+		}
 	}
+}
+
+// sameJobs splits the jobs of g's catch-up, g running another table than
+// this replica's (a deploy under way): those this replica runs with the
+// same settings, whose slots it can settle as g's own table would, and the
+// others (changed, or not in this table, or g's list unknown: a table of
+// more than 500 jobs), whose slots it cannot tell from its own.
+func (r *runner) sameJobs(g slot.Replica) (same []*jobState, unlike []string) {
+	mine := make(map[string]*jobState, len(r.s.jobs))
+	for _, j := range r.s.jobs {
+		mine[j.Name] = j
+	}
+	for _, name := range slices.Sorted(maps.Keys(g.Catchup)) {
+		if j := mine[name]; j != nil && g.Jobs != nil && g.Jobs[name] == settings(j.Job) {
+			same = append(same, j)
+		} else {
+			unlike = append(unlike, name)
+		}
+	}
+	return same, unlike
+}
+
+// logUnlike says what becomes of the catch-up slots of g's jobs that this
+// replica does not run as g did: a live replica of g's table records them
+// (it reads g's entry too); with none, they keep no record (ERROR).
+func (r *runner) logUnlike(reg slot.Registry, g slot.Replica, unlike []string) {
+	attrs := []any{"peer", g.ID, "seen", g.Seen.UTC().Format(time.RFC3339), "jobs", len(unlike), "slotcron.job", unlike[0]}
+	for _, p := range reg.Replicas {
+		if p.Table == g.Table && reg.Now.Sub(p.Seen) <= r.s.staleAfter() {
+			r.log.Info(g.ID+" stopped heartbeating before its catch-up was done, and ran another table: the catch-up slots "+
+				"of its jobs that this replica runs otherwise are left to "+p.ID+", of its table", append(attrs, "holder", p.ID)...)
+			return
+		}
+	}
+	r.log.Error(g.ID+" stopped heartbeating before its catch-up was done, and ran another table (a deploy under way?): "+
+		"the unreached catch-up slots of its jobs that this replica runs otherwise, or not at all, keep no record, "+
+		"unless a replica of its table reads its entry before it is removed", attrs...)
 }
 
 // errNotYet is settle's error while a slot's misfire grace has not passed.
 var errNotYet = errors.New("a slot's misfire grace has not passed yet on Redis's clock")
 
-// settle records the unreached catch-up slots of g, gone from reg. It
+// settle records the unreached catch-up slots of g's jobs in jobs, g gone
+// from reg. It
 // leaves the slots that this replica holds in its own catch-up (all its
 // jobs', not only those a heartbeat lists), and those that a live peer of
 // the table publishes in its own (seen within the stale window: a peer
 // counted on that is dead too has an entry of its own, settled once it is
 // stale). Slots go out maxBatch at a time, as they are made.
-func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica) error {
+func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica, jobs []*jobState) error {
 	peers := catchupPeers(reg, r.self, r.s.table.Table, r.s.staleAfter())
 	own := r.s.catchups.all()
 	var (
@@ -129,7 +166,7 @@ func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica) 
 			}
 		}
 	}
-	for _, j := range r.s.jobs {
+	for _, j := range jobs {
 		rg, ok := g.Catchup[j.Name]
 		if !ok {
 			continue
@@ -190,7 +227,7 @@ func (r *runner) pendingGone() {
 	r.s.peers.mu.Lock()
 	defer r.s.peers.mu.Unlock()
 	for key, g := range r.s.peers.gone {
-		if !r.settled[key] && !(g.ID == r.self && g.Instance == r.s.instance) && g.Table == r.s.table.Table {
+		if !r.settled[key] && !(g.ID == r.self && g.Instance == r.s.instance) {
 			r.log.Error("stopping before the catch-up slots that "+g.ID+" had not reached were recorded: "+
 				"they keep no record unless a live replica of the table reads its entry", "peer", g.ID,
 				"seen", g.Seen.UTC().Format(time.RFC3339))

@@ -123,7 +123,7 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
 	reg.Gone = parseGone(vals[4+pruned+live:])
-	if err := s.syncLists(ctx, me.ID, table, list, vals[3:3+pruned], reg.Replicas); err != nil {
+	if err := s.syncLists(ctx, me.ID, table, list, vals[3:3+pruned], reg.Replicas, reg.Gone); err != nil {
 		return reg, fmt.Errorf("slotstore: sending the heartbeat: %w", err)
 	}
 	if dvals, err := cmds[1].Slice(); err == nil && len(dvals) > 0 {
@@ -140,18 +140,24 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 // (replicas that run the same one agree on every job). A replica whose list
 // is not there (a large table, an older version, or lost with Redis's data)
 // keeps none: only its table hash is known.
-func (s *Store) syncLists(ctx context.Context, id, table, list string, pruned []any, reps []slot.Replica) error {
-	var need []int
-	for i, r := range reps {
-		if r.Jobs == nil && r.Table != table {
-			need = append(need, i)
+func (s *Store) syncLists(ctx context.Context, id, table, list string, pruned []any, reps, gone []slot.Replica) error {
+	var need []*slot.Replica
+	for _, rs := range [][]slot.Replica{reps, gone} {
+		for i := range rs {
+			if rs[i].Jobs == nil && rs[i].Table != table {
+				need = append(need, &rs[i])
+			}
 		}
 	}
 	ids := make([]string, len(need))
-	for k, i := range need {
-		ids[k] = reps[i].ID
+	for k, r := range need {
+		ids[k] = r.ID
 	}
 	pipe := s.rdb.Pipeline()
+	var lists *redis.SliceCmd
+	if len(ids) > 0 { // first: a successor under a gone replica's ID replaces its list below
+		lists = pipe.HMGet(ctx, s.listsKey(), ids...)
+	}
 	if list != "" {
 		pipe.HSet(ctx, s.listsKey(), id, list)
 	}
@@ -162,10 +168,6 @@ func (s *Store) syncLists(ctx context.Context, id, table, list string, pruned []
 			fields[i], _ = p.(string)
 		}
 		pipe.HDel(ctx, s.listsKey(), fields...)
-	}
-	var lists *redis.SliceCmd
-	if len(ids) > 0 {
-		lists = pipe.HMGet(ctx, s.listsKey(), ids...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("the job lists: %w", err)
@@ -181,14 +183,14 @@ func (s *Store) syncLists(ctx context.Context, id, table, list string, pruned []
 		s.listed[id] = table
 	}
 	s.listedMu.Unlock()
-	for k, i := range need {
+	for k, r := range need {
 		v, _ := lists.Val()[k].(string)
 		hash, jobs, _ := strings.Cut(v, " ")
 		var m map[string]string
-		if hash != reps[i].Table || json.Unmarshal([]byte(jobs), &m) != nil {
+		if hash != r.Table || json.Unmarshal([]byte(jobs), &m) != nil {
 			continue // another table's list (its predecessor's), or none
 		}
-		reps[i].Jobs = m
+		r.Jobs = m
 	}
 	return nil
 }
