@@ -44,6 +44,17 @@ type Record struct {
 	// Manual is set for a manual slot's record; Slot is then when the
 	// record was written (the claim, on the store's clock).
 	Manual *Manual
+	// Missed is set for the record of a slot that was recorded missed and
+	// then run by a backfill (Claim.OverMissed): the run's record replaced
+	// the missed one, and keeps what it said.
+	Missed *Missed
+}
+
+// Missed is what a missed record said, kept by the run that a backfill
+// made of its slot.
+type Missed struct {
+	By     string // the replica that recorded the slot missed
+	Reason string // why, as recorded (the missed record's Error)
 }
 
 // FinishRequest is how one run ended.

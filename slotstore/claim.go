@@ -245,6 +245,8 @@ func (s *Store) parseClaim(ctx context.Context, c slot.Claim, token, runID strin
 			}
 			if c.Manual != nil { // asked for when first claimed
 				w.at, w.by, w.note = w.started, c.Manual.By, c.Manual.Note
+			} else if len(vals) >= 7 { // won over a missed record: the run's record keeps it
+				w.by, w.note = r.str(5), r.str(6)
 			}
 		}
 		res.Lease = s.newLease(ctx, c, token, res.Fence, res.Attempt, w, sent)

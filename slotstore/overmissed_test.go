@@ -141,25 +141,35 @@ func TestBackfillClaimWinsAMissedSlotOnce(t *testing.T) {
 		rec.RunID != claims[winner].RunID || rec.Started.IsZero() || rec.Error != "" {
 		t.Fatalf("the record once won: %+v (%v, %v); want running by %s, fence %d, started", rec, ok, err, name, won.Fence)
 	}
+	wasMissed := slot.Missed{By: "w0", Reason: "older than the catch-up window"}
+	if rec.Missed == nil || *rec.Missed != wasMissed {
+		t.Fatalf("the record once won keeps of the missed one %+v; want %+v", rec.Missed, wasMissed)
+	}
 	if st, err := s.Running(ctx, []string{"m"}); err != nil || len(st["m"].Running) != 1 || !st["m"].Running[0].Equal(at) {
 		t.Fatalf("the job's running slots: %+v, %v; want the backfilled one", st, err)
 	}
 	if holder, hs, ttl, err := s.Holder(ctx, "m"); err != nil || holder != name || !hs.Equal(at) || ttl <= 0 {
 		t.Fatalf("the job's lease: %q %v %v %v; want %s's, for the slot", holder, hs, ttl, err, name)
 	}
-	if again := claimOne(t, s, claims[winner]); again.Outcome != slot.OutcomeWon || again.Fence != won.Fence || again.Attempt != 1 {
+	again := claimOne(t, s, claims[winner])
+	if again.Outcome != slot.OutcomeWon || again.Fence != won.Fence || again.Attempt != 1 {
 		t.Fatalf("the winning claim sent again: %+v; want won again, fence %d", again, won.Fence)
 	}
 	if r := claimOne(t, s, live("m", at, "r1")); r.Outcome != slot.OutcomeLost || r.State != slot.StateRunning || r.Holder != name {
 		t.Errorf("a live claim of the backfilled slot: %+v; want lost to %s", r, name)
 	}
 
-	if err := finish(s, won.Lease, slot.StateFailed, "boom"); err != nil {
+	// Finished through the lease of the claim sent again: what it kept of
+	// the missed record came back with its reply.
+	if err := finish(s, again.Lease, slot.StateFailed, "boom"); err != nil {
 		t.Fatal(err)
 	}
 	rec, _, _ = s.Record(ctx, "m", at)
 	if rec.State != slot.StateFailed || rec.Owner != name || rec.Error != "boom" || rec.Fence != won.Fence || rec.Started.IsZero() || rec.Finished.IsZero() {
 		t.Fatalf("the record once finished: %+v; want failed by %s", rec, name)
+	}
+	if rec.Missed == nil || *rec.Missed != wasMissed {
+		t.Fatalf("the record once finished keeps of the missed one %+v; want %+v", rec.Missed, wasMissed)
 	}
 	if r := claimOne(t, s, fill("m", at, "bf9")); r.Outcome != slot.OutcomeLost || r.State != slot.StateFailed || r.Holder != name {
 		t.Errorf("a backfill claim of the slot it ran: %+v; want lost", r)
@@ -297,6 +307,8 @@ func TestBackfillClaimOverAProtocol1Missed(t *testing.T) {
 	}
 	if rec, ok, err := s.Record(ctx, "v", at); err != nil || !ok || rec.State != slot.StateDone || rec.Owner != "bf" || rec.Fence != won.Fence {
 		t.Fatalf("the record: %+v (%v, %v); want done by bf", rec, ok, err)
+	} else if want := (slot.Missed{By: "old", Reason: "misfire"}); rec.Missed == nil || *rec.Missed != want {
+		t.Fatalf("the record keeps of the missed one %+v; want %+v", rec.Missed, want)
 	}
 }
 

@@ -180,6 +180,10 @@ jobs:
 			}
 		} else if n != 1 || rec.State != slot.StateDone || !strings.HasPrefix(rec.Owner, "backfill-") || rec.Attempt != 1 {
 			t.Errorf("slot +%d never started (recorded missed by %q): ran %d times, record %+v; want run once, done by a backfill", i, missedBy[i], n, rec)
+		} else if by := missedBy[i]; (rec.Missed == nil) != (by == "") || (by != "" && (rec.Missed.By != by || rec.Missed.Reason == "")) {
+			t.Errorf("slot +%d (recorded missed by %q): its run's record keeps of the missed one %+v", i, by, rec.Missed)
+		} else if by != "" && !strings.Contains(resultOrError(rec), "backfilled; was missed ("+by+"): ") {
+			t.Errorf("slot +%d: status shows %q; want what the missed record said", i, resultOrError(rec))
 		}
 	}
 	// Between them, the two backfills ran each of the 8 slots once. (The

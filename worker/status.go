@@ -216,11 +216,19 @@ func firstLine(s string) string {
 }
 
 // resultOrError is a record's error, or else its result, on one line; a
-// manual slot's says who asked, and why.
+// manual slot's says who asked, and why; a backfill's run of a slot
+// recorded missed says what the missed record said.
 func resultOrError(r slot.Record) string {
 	text := r.Result
 	if r.Error != "" {
 		text = r.Error
+	}
+	if m := r.Missed; m != nil {
+		was := "backfilled; was missed (" + m.By + "): " + m.Reason
+		if text != "" {
+			was += "; " + text
+		}
+		text = was
 	}
 	if m := r.Manual; m != nil {
 		asked := "asked by " + m.By

@@ -62,6 +62,9 @@
 --   {"won", fence, attempt, run_id, started}     this replica runs the slot (run_id: the
 --                                                record's for a claim sent again, else "";
 --                                                started: ms, the record's)
+--   {"won", ..., by, note}                       a backfill's claim won over a missed record:
+--                                                by and note, the record's too, keep who
+--                                                recorded the slot missed and why
 --   {"lost", owner, state, fence, attempt}       the slot has a record (owner is this
 --                                                replica for a retried claim whose run
 --                                                lost the job's lease meanwhile); for a
@@ -296,15 +299,33 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     at_s = now_s
   end
   local content = 'running ' .. fs .. ' 1 ' .. started_s .. ' 0 ' .. at_s .. ' ' .. tail
-  local r
+  local r, was
   if over_missed then
     r = peek(rec)
     if r and not stands(r, over_missed) then
       -- Missed: no run of the slot ever started. Its record becomes this
       -- run's (a protocol-1 hash is replaced too); the job's state already
-      -- counts it in its last and ends.
+      -- counts it in its last and ends. The run's record keeps, as its by
+      -- and note (a scheduled slot's are empty: the tail ends "0:0:"), who
+      -- recorded the slot missed and why.
+      local v = redis.pcall('GET', rec)
+      if type(v) == 'table' then
+        local h = redis.call('HMGET', rec, 'owner', 'error')
+        was = {h[1] or '', h[2] or ''}
+      else
+        local m = parse(v) or {owner = r.owner, err = ''}
+        was = {m.owner, m.err}
+      end
+      content = string.sub(content, 1, -5) .. lp(was[1]) .. lp(was[2])
       redis.call('SET', rec, content, 'PX', retention)
       r = nil
+    elseif r and mine(r, token) then
+      -- This claim sent again after its reply was lost: what it kept of
+      -- the missed record is in its own.
+      local m = parse(redis.call('GET', rec))
+      if m and (m.by ~= '' or m.note ~= '') then
+        was = {m.by, m.note}
+      end
     elseif not r then
       r = create(rec, content, retention)
     end
@@ -312,13 +333,20 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     r = create(rec, content, retention)
   end
   if r then
-    return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
+    local a = answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
+    if was and a[1] == 'won' then
+      a[6], a[7] = was[1], was[2]
+    end
+    return a
   end
   local l = lease(token, ref, until_s)
   if not manual and tonumber(ref) > (tonumber(j[3]) or 0) then
     redis.call('HSET', st, lf, l, 'fence', fs, 'running', with(j[4], ref), 'last', ref)
   else
     redis.call('HSET', st, lf, l, 'fence', fs, 'running', with(j[4], ref))
+  end
+  if was then
+    return {'won', f, 1, '', started, was[1], was[2]}
   end
   return {'won', f, 1, '', started}
 end
