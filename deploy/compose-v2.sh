@@ -3,7 +3,8 @@
 # that has only v1 (Debian bookworm's docker-compose 1.29.2, which .ci/run installs): it builds
 # Compose v2 from its source on the Go module proxy (about 2 minutes the first time; cached under
 # ~/.cache/slotcron after that) and puts it where the docker CLI finds plugins, in a DOCKER_CONFIG of
-# its own, so nothing outside this run changes. The test prefers `docker compose` when it answers.
+# its own (with a copy of your docker config.json), so nothing outside this run changes. The test
+# prefers `docker compose` when it answers.
 #
 #   deploy/compose-v2.sh                 # Compose v2.40.3
 #   COMPOSE_VERSION=v2.35.1 deploy/compose-v2.sh
@@ -21,8 +22,9 @@ if [ ! -x "$cache/docker-compose" ]; then
   echo "building Compose $version from the Go module proxy into $cache"
   # Compose's go.mod has exclude directives, so `go install module@version` refuses it: build
   # inside a copy of the module instead.
-  src=$(go mod download -json "github.com/docker/compose/v2@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-  [ -n "$src" ] || { echo "cannot download github.com/docker/compose/v2@$version" >&2; exit 1; }
+  dl=$(go mod download -json "github.com/docker/compose/v2@$version" || true)
+  src=$(printf '%s\n' "$dl" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  [ -n "$src" ] || { printf 'cannot download github.com/docker/compose/v2@%s:\n%s\n' "$version" "$dl" >&2; exit 1; }
   work=$(mktemp -d)
   cp -r "$src" "$work/compose"
   chmod -R u+w "$work/compose"
@@ -32,6 +34,9 @@ if [ ! -x "$cache/docker-compose" ]; then
 fi
 config=$(mktemp -d)
 mkdir -p "$config/cli-plugins"
+# The user's docker config (its current context, credential helpers) still applies: only the
+# plugin is added.
+[ ! -f "${DOCKER_CONFIG:-$HOME/.docker}/config.json" ] || cp "${DOCKER_CONFIG:-$HOME/.docker}/config.json" "$config/"
 ln -s "$cache/docker-compose" "$config/cli-plugins/docker-compose"
 DOCKER_CONFIG=$config docker compose version
 DOCKER_CONFIG=$config go test -race -tags compose -run TestComposeStack -v -timeout 20m "$@" ./deploy

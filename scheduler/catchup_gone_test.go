@@ -292,3 +292,27 @@ func TestAKilledReplicasCatchupIsRecordedByAPeerOfAnotherTable(t *testing.T) {
 		})
 	}
 }
+
+// TestAKilledReplicasCatchupIsLeftToALiveReplicaOfItsTable: mid deploy, r1
+// and b, of the old table, start together after the outage and share its
+// catch-up; r2, of the new table (j unchanged, k added), starts 20 s later,
+// with none. r1 is killed 40 s in. r2 settles r1's entry for j, but must
+// leave the slots that b, live and of r1's table, holds in its catch-up:
+// b runs them all. Counting only the peers of its own table as holders, r2
+// recorded missed the 6 slots b was about to run.
+func TestAKilledReplicasCatchupIsLeftToALiveReplicaOfItsTable(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		last, table, reg := catchupOutage(t, h)
+		r1 := h.start("r1", reg(), table)
+		h.start("b", reg(), table)
+		time.Sleep(20 * time.Second)
+		newTable := append([]scheduler.Job{table[0]}, scheduler.Job{Name: "k", Schedule: "@every 1h"})
+		h.start("r2", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 25*time.Second), "k": recorder(h.rdb, "k", 0)}), newTable)
+		time.Sleep(20 * time.Second)
+		r1.net.freeze()
+		time.Sleep(5 * time.Minute) // b runs the rest, one at a time
+		if started, recorded := goneCatchup(t, h, last, "r1"); started != 10 || recorded != 0 {
+			t.Errorf("%d catch-up slots started, %d recorded missed; want all 10 started, by b after r1 was cut off", started, recorded)
+		}
+	})
+}

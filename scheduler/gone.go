@@ -113,12 +113,17 @@ var errNotYet = errors.New("a slot's misfire grace has not passed yet on Redis's
 // settle records the unreached catch-up slots of g's jobs in jobs, g gone
 // from reg. It
 // leaves the slots that this replica holds in its own catch-up (all its
-// jobs', not only those a heartbeat lists), and those that a live peer of
-// the table publishes in its own (seen within the stale window: a peer
+// jobs', not only those a heartbeat lists), and those that a live peer
+// running the job as this replica does (holders) publishes in its own (seen within the stale window: a peer
 // counted on that is dead too has an entry of its own, settled once it is
 // stale). Slots go out maxBatch at a time, as they are made.
 func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica, jobs []*jobState) error {
-	peers := catchupPeers(reg, r.self, r.s.table.Table, r.s.staleAfter())
+	var live []slot.Replica // any table's: holders is per job
+	for _, p := range reg.Replicas {
+		if p.ID != r.self && len(p.Catchup) > 0 && reg.Now.Sub(p.Seen) <= r.s.staleAfter() {
+			live = append(live, p)
+		}
+	}
 	own := r.s.catchups.all()
 	var (
 		refs                  []slot.Ref
@@ -176,6 +181,7 @@ func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica, 
 		// have expired, and a slot that ran would be recorded missed. Those
 		// with a record are done with; those with none keep none (ERROR).
 		old := reg.Now.Sub(g.Started) > j.Retention-2*r.s.cfg.maxSkew
+		peers := holders(live, j, r.s.table.Table, g.Table)
 		n := 0
 		for at := rg.From; !at.IsZero() && !at.After(rg.To) && n < MaxCatchupSlots && err == nil; at = j.sched.Next(at) {
 			n++
@@ -202,6 +208,21 @@ func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica, 
 	}
 	r.logGone(g, recorded, held, stale)
 	return nil
+}
+
+// holders returns the peers of live that may run j's slots in their
+// catch-up as this replica would: those of this replica's table, those of
+// g's table (settle reads only the jobs that g ran as this replica does),
+// and those of another (a deploy under way) that list j with the same
+// settings.
+func holders(live []slot.Replica, j *jobState, mine, gs string) []slot.Replica {
+	var out []slot.Replica
+	for _, p := range live {
+		if _, ok := p.Catchup[j.Name]; ok && (p.Table == mine || p.Table == gs || (p.Jobs != nil && p.Jobs[j.Name] == settings(j.Job))) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // logGone says what settle did of g's catch-up: at WARN when it recorded

@@ -337,3 +337,37 @@ func TestBackfillClaimsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestBackfillClaimSentAgainKeepsTheMissedRecord: a backfill's claim of a
+// missed slot wins, its reply is lost, and the job is paused before it is
+// sent again: the claim is answered won again from its own record (the
+// pause does not stop a run that started), and that answer must carry what
+// the missed record said, or the finish, which writes the record from the
+// lease, drops it.
+func TestBackfillClaimSentAgainKeepsTheMissedRecord(t *testing.T) {
+	_, _, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Now().Truncate(time.Second).Add(-30 * time.Second)
+	if r := claimOne(t, s, miss("p", at, "w0")); r.Outcome != slot.OutcomeMissed {
+		t.Fatalf("recording the slot missed: %+v", r)
+	}
+	c := fill("p", at, "bf")
+	c.Token, c.RunID = "token-1", "run-1"
+	if r := claimOne(t, s, c); r.Outcome != slot.OutcomeWon {
+		t.Fatalf("the backfill's claim: %+v; want won", r)
+	}
+	if _, _, err := s.Pause(ctx, "p", "maintenance", "ops@host"); err != nil {
+		t.Fatal(err)
+	}
+	again := claimOne(t, s, c)
+	if again.Outcome != slot.OutcomeWon {
+		t.Fatalf("the claim sent again while the job is paused: %+v; want won again", again)
+	}
+	if err := finish(s, again.Lease, slot.StateDone, ""); err != nil {
+		t.Fatal(err)
+	}
+	want := slot.Missed{By: "w0", Reason: "older than the catch-up window"}
+	if rec, ok, err := s.Record(ctx, "p", at); err != nil || !ok || rec.State != slot.StateDone || rec.Missed == nil || *rec.Missed != want {
+		t.Fatalf("the record once finished: %+v (%v, %v); want done, keeping %+v", rec, ok, err, want)
+	}
+}

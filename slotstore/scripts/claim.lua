@@ -153,7 +153,10 @@ end
 -- answer is the reply to a claim whose slot has the record r: lost, unless r
 -- is this claim's own (its reply was lost and it is sent again): then won
 -- again, the lease's TTL restored, if no other run holds the job meanwhile.
-local function answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
+-- A scheduled slot's record that a backfill won over a missed one keeps
+-- what the missed record said as its by and note: they go with the reply
+-- (the finish writes the record from the lease).
+local function answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
   if not mine(r, token) then
     return lost(r)
   end
@@ -161,7 +164,15 @@ local function answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
     return lost(r)
   end
   redis.call('HSET', st, lf, lease(token, ref, until_s))
-  return {'won', tonumber(r.fence), tonumber(r.attempt), r.run_id, tonumber(r.started)}
+  local a = {'won', tonumber(r.fence), tonumber(r.attempt), r.run_id, tonumber(r.started)}
+  if string.sub(ref, 1, 2) ~= 'm:' then
+    local v = redis.pcall('GET', rec)
+    local m = type(v) == 'string' and parse(v)
+    if m and (m.by ~= '' or m.note ~= '') then
+      a[6], a[7] = m.by, m.note
+    end
+  end
+  return a
 end
 
 -- close records a slot that will not run (missed, skipped or paused), unless
@@ -223,7 +234,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   if mode == 'miss' or (mode == 'expire' and now > tonumber(deadline)) then
     local r = close(rec, st, ring, j, ref, manual, at, retention, 'missed', reason, by, note)
     if r then
-      return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
+      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     return {'missed', late}
   end
@@ -234,7 +245,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   if mode == 'expire' or (bounded and -late > limit) or old then
     local r = peek(rec)
     if r and stands(r, over_missed) then
-      return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
+      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     if mode == 'expire' then
       return {'early', tonumber(deadline) - now + 1}
@@ -251,21 +262,21 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     end
     local r = close(rec, st, ring, j, ref, manual, at, retention, 'paused', why, by, note)
     if r then
-      return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
+      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     return {'paused', why}
   end
   if live and now > tonumber(deadline) then
     local r = close(rec, st, ring, j, ref, manual, at, retention, 'missed', reason .. ': ' .. late .. 'ms after the slot, past the misfire grace', by, note)
     if r then
-      return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
+      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     return {'missed', late}
   end
   if skip and ltok and ltok ~= token and luntil > now then -- a run holds the job
     local r = peek(rec) -- the slot may be that run's, or another's that ran already
     if r and stands(r, over_missed) then
-      return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
+      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     if mode == 'wait' or mode == 'ahead' or (mode == 'live' and late < 0) then
       -- (a live claim before the slot's time on Redis's clock, from a
@@ -279,7 +290,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     end
     r = close(rec, st, ring, j, ref, manual, at, retention, 'skipped', why, by, note)
     if r then
-      return answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
+      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
     end
     return {'skipped', lholder, lref, luntil - now}
   end
@@ -316,16 +327,11 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
         local m = parse(v) or {owner = r.owner, err = ''}
         was = {m.owner, m.err}
       end
-      content = string.sub(content, 1, -5) .. lp(was[1]) .. lp(was[2])
+      if string.sub(content, -4) == '0:0:' then
+        content = string.sub(content, 1, -5) .. lp(was[1]) .. lp(was[2])
+      end
       redis.call('SET', rec, content, 'PX', retention)
       r = nil
-    elseif r and mine(r, token) then
-      -- This claim sent again after its reply was lost: what it kept of
-      -- the missed record is in its own.
-      local m = parse(redis.call('GET', rec))
-      if m and (m.by ~= '' or m.note ~= '') then
-        was = {m.by, m.note}
-      end
     elseif not r then
       r = create(rec, content, retention)
     end
@@ -333,11 +339,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     r = create(rec, content, retention)
   end
   if r then
-    local a = answer(st, lf, r, token, ref, until_s, skip, ltok, luntil)
-    if was and a[1] == 'won' then
-      a[6], a[7] = was[1], was[2]
-    end
-    return a
+    return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
   end
   local l = lease(token, ref, until_s)
   if not manual and tonumber(ref) > (tonumber(j[3]) or 0) then
