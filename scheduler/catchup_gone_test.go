@@ -316,3 +316,44 @@ func TestAKilledReplicasCatchupIsLeftToALiveReplicaOfItsTable(t *testing.T) {
 		}
 	})
 }
+
+// failFirstHeartbeat is a store whose first heartbeat runs, and then fails
+// as if its second round trip (the job lists) had: the registry read by
+// the script comes back with the error.
+type failFirstHeartbeat struct {
+	*slotstore.Store
+	failed atomic.Bool
+}
+
+func (f *failFirstHeartbeat) Heartbeat(ctx context.Context, me slot.Replica, stale time.Duration) (slot.Registry, error) {
+	reg, err := f.Store.Heartbeat(ctx, me, stale)
+	if err == nil && f.failed.CompareAndSwap(false, true) {
+		return reg, errors.New("slotstore: sending the heartbeat: the job lists: i/o timeout (injected)")
+	}
+	return reg, err
+}
+
+// TestAKilledReplicasSuccessorKeepsItsEntryThroughAFailedHeartbeat: as in
+// TestAKilledReplicasSuccessorRecordsItsCatchup, but the successor's first
+// heartbeat, whose script replaced r1's entry and read it back, fails in
+// its second round trip. Nobody can read r1's entry again: the successor
+// must keep what it read, or the 8 slots keep no record.
+func TestAKilledReplicasSuccessorKeepsItsEntryThroughAFailedHeartbeat(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		last, table, reg := catchupOutage(t, h)
+		r1 := h.start("r1", reg(), table)
+		time.Sleep(40 * time.Second)
+		r1.net.freeze()
+		time.Sleep(20 * time.Second) // its heartbeat is stale
+		f := &failFirstHeartbeat{}
+		h.startWith("r1", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { f.Store = s; return f }}, reg(), table)
+		time.Sleep(time.Minute)
+		if !f.failed.Load() {
+			t.Fatal("the successor's first heartbeat did not fail")
+		}
+		started, recorded := goneCatchup(t, h, last, "r1")
+		if started < 1 || started+recorded != 10 {
+			t.Errorf("%d catch-up slots started, %d recorded missed by r1's successor; want the first to start, and the rest recorded", started, recorded)
+		}
+	})
+}

@@ -178,6 +178,19 @@ func tableOf(js []*jobState) slot.Replica {
 	return t
 }
 
+// keepGone adds gone to the entries of replicas gone from the registry that
+// settleGone has yet to settle.
+func (s *Scheduler) keepGone(gone []slot.Replica) {
+	s.peers.mu.Lock()
+	defer s.peers.mu.Unlock()
+	for _, g := range gone {
+		if s.peers.gone == nil {
+			s.peers.gone = map[string]slot.Replica{}
+		}
+		s.peers.gone[goneKey(g)] = g
+	}
+}
+
 // maxListedJobs is the largest table a replica lists job by job in its
 // heartbeat. Past it, it publishes only the table's hash: replicas then see
 // whether their tables agree, not on which jobs they differ.
@@ -189,6 +202,10 @@ func (s *Scheduler) staleAfter() time.Duration { return 3 * s.cfg.heartbeatEvery
 func (s *Scheduler) heartbeat(ctx context.Context) error {
 	reg, err := s.claimer.Heartbeat(ctx, s.me(), s.staleAfter())
 	if err != nil {
+		// The gone entries read before the error are kept: this heartbeat's
+		// script may have replaced one (a predecessor under this ID), and
+		// nobody would read it again.
+		s.keepGone(reg.Gone)
 		return err
 	}
 	me := s.me()
@@ -200,13 +217,8 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 	wasCands, wasSame := s.peers.candidates, s.peers.sameTable
 	s.peers.reg, s.peers.disagreements, s.peers.candidates, s.peers.sameTable = reg, dis, cands, same
 	s.peers.older = older
-	for _, g := range reg.Gone {
-		if s.peers.gone == nil {
-			s.peers.gone = map[string]slot.Replica{}
-		}
-		s.peers.gone[goneKey(g)] = g
-	}
 	s.peers.mu.Unlock()
+	s.keepGone(reg.Gone)
 	if left(was, reg) || dropped(wasCands, wasSame, cands, same) {
 		select { // the loop reads which slots run: it may now have to watch some that the replica gone (or no longer a candidate) watched
 		case s.departed <- struct{}{}:
