@@ -322,12 +322,16 @@ func TestAKilledReplicasCatchupIsLeftToALiveReplicaOfItsTable(t *testing.T) {
 // the script comes back with the error.
 type failFirstHeartbeat struct {
 	*slotstore.Store
+	lose   bool // lose the script's reply: nothing read comes back
 	failed atomic.Bool
 }
 
 func (f *failFirstHeartbeat) Heartbeat(ctx context.Context, me slot.Replica, stale time.Duration) (slot.Registry, error) {
 	reg, err := f.Store.Heartbeat(ctx, me, stale)
 	if err == nil && f.failed.CompareAndSwap(false, true) {
+		if f.lose {
+			return slot.Registry{}, errors.New("slotstore: sending the heartbeat: i/o timeout (injected, after Redis ran the script)")
+		}
 		return reg, errors.New("slotstore: sending the heartbeat: the job lists: i/o timeout (injected)")
 	}
 	return reg, err
@@ -335,17 +339,24 @@ func (f *failFirstHeartbeat) Heartbeat(ctx context.Context, me slot.Replica, sta
 
 // TestAKilledReplicasSuccessorKeepsItsEntryThroughAFailedHeartbeat: as in
 // TestAKilledReplicasSuccessorRecordsItsCatchup, but the successor's first
-// heartbeat, whose script replaced r1's entry and read it back, fails in
-// its second round trip. Nobody can read r1's entry again: the successor
-// must keep what it read, or the 8 slots keep no record.
+// heartbeat, whose script replaced r1's entry, fails: in its second round
+// trip (the script's reply came back), or with the script's reply lost.
+// The 8 slots must still be recorded: before, a replaced entry was read
+// only by the heartbeat that replaced it, and either failure lost it.
 func TestAKilledReplicasSuccessorKeepsItsEntryThroughAFailedHeartbeat(t *testing.T) {
+	for _, lose := range []bool{false, true} {
+		t.Run(map[bool]string{false: "the lists failed", true: "the reply lost"}[lose], func(t *testing.T) { successorAfterAFailedHeartbeat(t, lose) })
+	}
+}
+
+func successorAfterAFailedHeartbeat(t *testing.T, lose bool) {
 	bubble(t, func(t *testing.T, h *harness) {
 		last, table, reg := catchupOutage(t, h)
 		r1 := h.start("r1", reg(), table)
 		time.Sleep(40 * time.Second)
 		r1.net.freeze()
 		time.Sleep(20 * time.Second) // its heartbeat is stale
-		f := &failFirstHeartbeat{}
+		f := &failFirstHeartbeat{lose: lose}
 		h.startWith("r1", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { f.Store = s; return f }}, reg(), table)
 		time.Sleep(time.Minute)
 		if !f.failed.Load() {

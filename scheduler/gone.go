@@ -241,9 +241,8 @@ func (r *runner) logGone(g slot.Replica, recorded, held int, stale []*jobState) 
 }
 
 // pendingGone logs at ERROR, as this replica stops, the gone replicas'
-// entries it could not settle: nobody may read them again (a successor
-// under a killed replica's ID replaced its entry), and their unreached
-// slots keep no record.
+// entries it could not settle: unless another live replica settles them
+// before they are removed, their unreached slots keep no record.
 func (r *runner) pendingGone() {
 	r.s.peers.mu.Lock()
 	defer r.s.peers.mu.Unlock()

@@ -187,7 +187,11 @@ func (s *Scheduler) keepGone(gone []slot.Replica) {
 		if s.peers.gone == nil {
 			s.peers.gone = map[string]slot.Replica{}
 		}
-		s.peers.gone[goneKey(g)] = g
+		key := goneKey(g)
+		if was, ok := s.peers.gone[key]; ok && g.Jobs == nil {
+			g.Jobs = was.Jobs // read while its list was there (a successor under its ID replaces it)
+		}
+		s.peers.gone[key] = g
 	}
 }
 

@@ -206,9 +206,13 @@ func (s *Store) Registry(ctx context.Context, stale time.Duration) (slot.Registr
 		return slot.Registry{}, fmt.Errorf("slotstore: reading the replica registry: %w", err)
 	}
 	reg := slot.Registry{Now: now.Val(), Protocol: Protocol}
-	for id, v := range all.Val() {
+	for field, v := range all.Val() {
+		id, moved, _ := strings.Cut(field, " ") // "<id> <instance>": a predecessor's entry, moved by its successor's heartbeat
 		rep, err := parseReplica(id, v)
 		if err != nil {
+			if moved != "" || !liveEntry(v, reg.Now, stale) {
+				continue // not live: skipped, as the heartbeat skips a gone entry that does not parse
+			}
 			return reg, fmt.Errorf("slotstore: reading the replica registry: %w", err)
 		}
 		switch {
@@ -221,6 +225,17 @@ func (s *Store) Registry(ctx context.Context, stale time.Duration) (slot.Registr
 	slices.SortFunc(reg.Replicas, func(a, b slot.Replica) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(reg.Gone, func(a, b slot.Replica) int { return strings.Compare(a.ID, b.ID) })
 	return reg, nil
+}
+
+// liveEntry reports whether a registry entry ("<instance> <seen_ms> ...")
+// was seen within stale of now, or its time does not parse.
+func liveEntry(v string, now time.Time, stale time.Duration) bool {
+	f := strings.SplitN(v, " ", 3)
+	if len(f) < 2 {
+		return true
+	}
+	seen, err := strconv.ParseInt(f[1], 10, 64)
+	return err != nil || now.Sub(time.UnixMilli(seen)) < stale
 }
 
 // parseReplica reads a registry entry: "<instance> <seen_ms> <json>".
@@ -256,6 +271,7 @@ func parseGone(fields []any) []slot.Replica {
 	for i := 0; i+1 < len(fields); i += 2 {
 		id, _ := fields[i].(string)
 		v, _ := fields[i+1].(string)
+		id, _, _ = strings.Cut(id, " ") // "<id> <instance>": a predecessor's entry, moved by its successor's heartbeat
 		if rep, err := parseReplica(id, v); err == nil {
 			out = append(out, rep)
 		}

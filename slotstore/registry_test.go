@@ -354,4 +354,20 @@ func TestHeartbeatGone(t *testing.T) {
 	if rdb.HExists(ctx, key, "ancient").Val() {
 		t.Error("an entry ten stale windows old is still there")
 	}
+	// The predecessor's entry that me/new replaced stays readable as gone,
+	// by every replica, at every heartbeat: the reply that carried it may
+	// have been lost.
+	after, err := s.Registry(ctx, stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Heartbeat(ctx, live, stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, reg := range map[string]slot.Registry{"Registry after the successor": after, "a peer's Heartbeat after it": again} {
+		if got := ids(reg.Gone); got != "killed/k-1 me/old" {
+			t.Errorf("%s: gone %q, want %q", name, got, "killed/k-1 me/old")
+		}
+	}
 }

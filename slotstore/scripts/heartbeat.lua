@@ -5,7 +5,8 @@
 -- Entries not seen for ten stale windows are removed. A stale entry that
 -- publishes a catch-up (its JSON has "catchup_ms") is read back too: its
 -- replica stopped heartbeating mid catch-up without leaving, and a live
--- peer records what it had not reached.
+-- peer records what it had not reached. (Under the field "<id> <instance>"
+-- when a successor under its ID replaced it.)
 --
 -- The description is small: a replica's job list (its jobs' settings) is in
 -- a hash of its own, which the caller writes and reads with plain commands
@@ -36,9 +37,12 @@ if cur then
     return {'duplicate', now, cur}
   end
   -- A stale predecessor under this ID (killed, and started again) that was
-  -- catching up: its entry is read back before this one replaces it.
+  -- catching up: its entry moves to the field "<id> <instance>" (an ID has
+  -- no space), so that every replica reads it as gone, below and at each
+  -- heartbeat until it is removed, as if this one had not replaced it: a
+  -- lost reply loses nothing.
   if inst ~= ARGV[2] and now - (tonumber(seen) or 0) <= 10 * stale and string.find(cur, '"catchup_ms"', 1, true) then
-    gone[1], gone[2] = ARGV[1], cur
+    redis.call('HSET', KEYS[1], ARGV[1] .. ' ' .. inst, cur)
   end
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. now .. ' ' .. ARGV[3])
