@@ -7,8 +7,10 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
 	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // goneCatchup checks the catch-up slots last+10..last+100 while a replica
@@ -81,16 +83,23 @@ func TestAKilledReplicasCatchupIsRecordedByAPeer(t *testing.T) {
 // off 30 s in. r2 runs every slot of it. A replica that sees r1's heartbeat
 // go stale must not record missed the slots that a catch-up is about to
 // run: r2 itself (its own), or r3, started 20 s later with none (r2's).
+// Mid deploy, r3 runs a new table (j unchanged, k added): r2, of r1's
+// table, still holds the slots (counting only the peers of its own table
+// as holders, r3 recorded missed the slots r2 was about to run).
 func TestAKilledReplicasCatchupIsLeftToAPeerThatHoldsIt(t *testing.T) {
-	for _, withR3 := range []bool{false, true} {
-		t.Run(map[bool]string{false: "its own", true: "a live peer's"}[withR3], func(t *testing.T) {
+	for _, c := range []struct{ name, r3 string }{{"its own", ""}, {"a live peer's", "same"}, {"a live peer's, seen from a changed table", "changed"}} {
+		t.Run(c.name, func(t *testing.T) {
 			bubble(t, func(t *testing.T, h *harness) {
 				last, table, reg := catchupOutage(t, h)
 				r1 := h.start("r1", reg(), table)
 				h.start("r2", reg(), table)
 				time.Sleep(20 * time.Second)
-				if withR3 {
+				switch c.r3 {
+				case "same":
 					h.start("r3", reg(), table)
+				case "changed":
+					newTable := append([]scheduler.Job{table[0]}, scheduler.Job{Name: "k", Schedule: "@every 1h"})
+					h.start("r3", registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 25*time.Second), "k": recorder(h.rdb, "k", 0)}), newTable)
 				}
 				time.Sleep(10 * time.Second)
 				r1.net.freeze()
@@ -106,23 +115,39 @@ func TestAKilledReplicasCatchupIsLeftToAPeerThatHoldsIt(t *testing.T) {
 // TestAKilledReplicasSuccessorRecordsItsCatchup: r1 catches up alone and
 // is killed 40 s in; its pod starts again under the same ID once its
 // heartbeat is stale. The job's state holds the live slots r1 ran while
-// catching up, so the successor plans none of the old catch-up; it reads
-// its predecessor's entry as it replaces it, and records missed the slots
-// the predecessor had not reached. Before, with no peer, they kept no
-// record.
+// catching up, so the successor plans none of the old catch-up; it moves
+// its predecessor's entry aside as it replaces it, and records missed the
+// slots the predecessor had not reached. Before, with no peer, they kept no
+// record. The successor's first heartbeat may fail after its script ran:
+// in its second round trip, or with the script's reply lost; the slots
+// must be recorded all the same (before, the heartbeat that replaced the
+// entry was its only read, and either failure lost it).
 func TestAKilledReplicasSuccessorRecordsItsCatchup(t *testing.T) {
-	bubble(t, func(t *testing.T, h *harness) {
-		last, table, reg := catchupOutage(t, h)
-		r1 := h.start("r1", reg(), table)
-		time.Sleep(40 * time.Second)
-		r1.net.freeze()
-		time.Sleep(20 * time.Second) // its heartbeat is stale
-		h.start("r1", reg(), table)
-		time.Sleep(time.Minute)
-		started, recorded := goneCatchup(t, h, last, "r1")
-		if started < 1 || recorded < 5 {
-			t.Errorf("%d catch-up slots started, %d recorded missed by r1's successor; want the first to start, and at least 5 recorded", started, recorded)
-		}
-		t.Logf("%d started, %d recorded missed by r1's successor", started, recorded)
-	})
+	for _, c := range []struct {
+		name       string
+		fail, lose bool
+	}{{"its first heartbeat answered", false, false}, {"the lists failed", true, false}, {"the reply lost", true, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T, h *harness) {
+				last, table, reg := catchupOutage(t, h)
+				r1 := h.start("r1", reg(), table)
+				time.Sleep(40 * time.Second)
+				r1.net.freeze()
+				time.Sleep(20 * time.Second) // its heartbeat is stale
+				f := &failFirstHeartbeat{lose: c.lose}
+				f.failed.Store(!c.fail)
+				h.startWith("r1", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { f.Store = s; return f }}, reg(), table)
+				time.Sleep(time.Minute)
+				if !f.failed.Load() {
+					t.Fatal("the successor's first heartbeat did not fail")
+				}
+				started, recorded := goneCatchup(t, h, last, "r1")
+				if started < 1 || recorded < 5 || started+recorded != 10 {
+					t.Errorf("%d catch-up slots started, %d recorded missed by r1's successor; want the first to start, and the rest (at least 5) recorded",
+						started, recorded)
+				}
+				t.Logf("%d started, %d recorded missed by r1's successor", started, recorded)
+			})
+		})
+	}
 }
