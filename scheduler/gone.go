@@ -111,19 +111,14 @@ func (r *runner) logUnlike(reg slot.Registry, g slot.Replica, unlike []string) {
 var errNotYet = errors.New("a slot's misfire grace has not passed yet on Redis's clock")
 
 // settle records the unreached catch-up slots of g's jobs in jobs, g gone
-// from reg. It
-// leaves the slots that this replica holds in its own catch-up (all its
-// jobs', not only those a heartbeat lists), and those that a live peer
-// running the job as this replica does (holders) publishes in its own (seen within the stale window: a peer
-// counted on that is dead too has an entry of its own, settled once it is
-// stale). Slots go out maxBatch at a time, as they are made.
+// from reg. It leaves the slots that this replica holds in its own
+// catch-up (all its jobs', not only those a heartbeat lists), and those
+// that a live peer running the job as this replica does (holders)
+// publishes in its own (seen within the stale window: a peer counted on
+// that is dead too has an entry of its own, settled once it is stale).
+// Slots go out maxBatch at a time, as they are made.
 func (r *runner) settle(ctx context.Context, reg slot.Registry, g slot.Replica, jobs []*jobState) error {
-	var live []slot.Replica // any table's: holders is per job
-	for _, p := range reg.Replicas {
-		if p.ID != r.self && len(p.Catchup) > 0 && reg.Now.Sub(p.Seen) <= r.s.staleAfter() {
-			live = append(live, p)
-		}
-	}
+	live := catchupPeers(reg, r.self, "", r.s.staleAfter()) // any table's: holders chooses, job by job
 	own := r.s.catchups.all()
 	var (
 		refs                  []slot.Ref

@@ -49,8 +49,8 @@ func (r *runner) stop(ctx context.Context) {
 	r.pendingGone()
 }
 
-// catchupPeers returns the live peers of reg that run table and publish a
-// catch-up, and whose last heartbeat is at most fresh old: a peer last
+// catchupPeers returns the live peers of reg that run table ("": any) and
+// publish a catch-up, and whose last heartbeat is at most fresh old: a peer last
 // seen longer ago than a heartbeat period (and a half, for the round trip)
 // may have died, and a dead peer runs nothing. A peer that started later than
 // this replica planned its catch-up from a later state, and holds only
@@ -58,7 +58,7 @@ func (r *runner) stop(ctx context.Context) {
 func catchupPeers(reg slot.Registry, self, table string, fresh time.Duration) []slot.Replica {
 	var out []slot.Replica
 	for _, p := range reg.Replicas {
-		if p.ID != self && p.Table == table && len(p.Catchup) > 0 && reg.Now.Sub(p.Seen) <= fresh {
+		if p.ID != self && (table == "" || p.Table == table) && len(p.Catchup) > 0 && reg.Now.Sub(p.Seen) <= fresh {
 			out = append(out, p)
 		}
 	}

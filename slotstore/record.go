@@ -170,8 +170,11 @@ func parseRecord(job, v string) (slot.Record, error) {
 			return slot.Record{}, fmt.Errorf("%w: slot %q", errMalformed, r.ref)
 		}
 		rec.Slot = time.Unix(unix, 0)
-		if ran := rec.State != slot.StateMissed && rec.State != slot.StateSkipped && rec.State != slot.StatePaused; ran && (r.by != "" || r.note != "") {
-			// A backfill's run of a slot recorded missed: by and note are the missed record's.
+		switch {
+		case r.by == "" && r.note == "":
+		case rec.State == slot.StateMissed, rec.State == slot.StateSkipped, rec.State == slot.StatePaused:
+			// by and note are the claim's, or the pause's
+		default: // a backfill's run of a slot recorded missed: by and note are the missed record's
 			rec.Missed = &slot.Missed{By: r.by, Reason: r.note}
 		}
 	}
