@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mutation check of the safety checks: each line of mutants.tsv breaks one
-# check, in a Lua script or in Go (a literal text, found exactly once,
+# check, in a Lua script, in Go or in a dashboard file (a literal text, found exactly once,
 # replaced), and the tests must then fail. Each mutant runs in a scratch
 # worktree of HEAD (commit first), once the tests pass there unmutated: the
 # tests of the mutated file's package, then, while they pass, those of
@@ -53,8 +53,11 @@ while IFS=$'\t' read -r file why from to; do
     broken=$((broken + 1))
     continue
   fi
-  own=./$(dirname "$file")
-  own=${own%/scripts} # a Lua script is its package's
+  own=$(dirname "$file")
+  while ! compgen -G "$own/*.go" >/dev/null; do # a Lua script or a dashboard file is its package's
+    own=$(dirname "$own")
+  done
+  own=./$own
   if ! go test -c -o /dev/null "$own" >"$work/out" 2>&1; then # a kill must come from a test, not the compiler
     echo "NOT APPLIED  $file: $why: it does not build: $(head -2 "$work/out" | paste -sd' ' -)"
     broken=$((broken + 1))
