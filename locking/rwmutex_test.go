@@ -314,3 +314,67 @@ func TestRWCancelledWriterWithdrawsItsMark(t *testing.T) {
 	}
 	r2.Release(ctx)
 }
+
+// TestRWReleaseOfALostHoldIsNotHeld: a hold that Redis no longer has (the
+// key lost in a failover, or the hold lapsed while its process was paused)
+// is not released as if it had been held to the end: Release says
+// ErrNotHeld, its lease ends lost, and another holder keeps its hold.
+func TestRWReleaseOfALostHoldIsNotHeld(t *testing.T) {
+	srv, rdb, lk := setup(t)
+	ctx := context.Background()
+	lost := func(t *testing.T, l *locking.Lease) {
+		t.Helper()
+		if err := l.Release(ctx); !errors.Is(err, locking.ErrNotHeld) {
+			t.Fatalf("Release of a lost hold: %v, want ErrNotHeld", err)
+		}
+		if cause := context.Cause(l.Context()); !errors.Is(cause, locking.ErrLeaseLost) {
+			t.Fatalf("the lease's cause after the release of a lost hold: %v, want ErrLeaseLost", cause)
+		}
+	}
+	for _, kind := range []string{"reader", "writer"} {
+		t.Run(kind+", its key lost, another writer in", func(t *testing.T) {
+			key := srv.Key("rw-lost-" + kind)
+			rw := lk.RWMutex(key)
+			take := rw.TryRLock
+			if kind == "writer" {
+				take = rw.TryLock
+			}
+			l, err := take(ctx, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb.Del(ctx, key)
+			w, err := rw.TryLock(ctx, time.Minute)
+			if err != nil {
+				t.Fatalf("a writer after the key was lost: %v", err)
+			}
+			lost(t, l)
+			if !rdb.HExists(ctx, key, "w:"+w.Token()).Val() {
+				t.Fatalf("the lost hold's Release took the new writer's hold: %v", rdb.HKeys(ctx, key).Val())
+			}
+			if err := w.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	t.Run("reader, its hold lapsed beside another reader", func(t *testing.T) {
+		key := srv.Key("rw-lapsed")
+		rw := lk.RWMutex(key)
+		a, err := rw.TryRLock(ctx, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := rw.TryRLock(ctx, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb.HSet(ctx, key, "r:"+a.Token(), 1) // a's hold lapsed on Redis's clock; b's did not
+		lost(t, a)
+		if !rdb.HExists(ctx, key, "r:"+b.Token()).Val() {
+			t.Fatalf("a's Release took b's hold: %v", rdb.HKeys(ctx, key).Val())
+		}
+		if err := b.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
