@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -84,18 +85,22 @@ func (wr *webhookReceiver) snapshot() (map[string]alertPayload, map[string]int, 
 // TestWebhooks: three workers run a job whose first three runs fail. Each
 // failure is POSTed once to each of two webhooks, signed, by the replica
 // that recorded it, although every replica has the hook; the webhook that
-// fails the first two attempts of each delivery gets it on the third. A
-// pause is sent once too, although its first reply was lost and it was
-// asked for twice. Restarted, the workers send nothing again.
+// fails the first two attempts of each delivery gets it on the third; the
+// webhook that is down gets alerts.max_attempts (3) attempts of each, and
+// each is then recorded failed. A pause is sent once too, although its first
+// reply was lost and it was asked for twice. Restarted, the workers send
+// nothing again.
 func TestWebhooks(t *testing.T) {
 	srv := redistest.StartOwned(t)
 	rdb := srv.Client()
 	secret := "whsec-test"
 	ok := &webhookReceiver{t: t, secret: []byte(secret), attempts: map[string]int{}, delivered: map[string]alertPayload{}}
 	flaky := &webhookReceiver{t: t, secret: []byte(secret), failFirst: 2, attempts: map[string]int{}, delivered: map[string]alertPayload{}}
-	okSrv, flakySrv := httptest.NewServer(ok), httptest.NewServer(flaky)
+	down := &webhookReceiver{t: t, secret: []byte(secret), failFirst: math.MaxInt, attempts: map[string]int{}, delivered: map[string]alertPayload{}}
+	okSrv, flakySrv, downSrv := httptest.NewServer(ok), httptest.NewServer(flaky), httptest.NewServer(down)
 	defer okSrv.Close()
 	defer flakySrv.Close()
+	defer downSrv.Close()
 	path := writeConfig(t, fmt.Sprintf(`redis:
   addrs: [%q]
   key_prefix: wh
@@ -103,13 +108,14 @@ http:
   listen: ""
 shutdown_grace: 2s
 alerts:
-  webhooks: [%q, %q]
+  webhooks: [%q, %q, %q]
   events: [failed, paused]
   secret_env: TEST_WEBHOOK_SECRET
+  max_attempts: 3
 jobs:
   - name: boom
     schedule: "@every 1s"
-`, srv.Addr(), okSrv.URL+"/hook", flakySrv.URL+"/hook"))
+`, srv.Addr(), okSrv.URL+"/hook", flakySrv.URL+"/hook", downSrv.URL+"/hook"))
 	register := func(reg *jobs.Registry, env Env) error {
 		return reg.Register("boom", func(ctx context.Context, run jobs.Run) error {
 			n, err := env.Redis.Incr(ctx, "wh:test:runs").Result()
@@ -163,10 +169,40 @@ jobs:
 			t.Fatalf("after 30s the webhooks had answered 2xx to %d and %d of the 4 alerts; the flaky one's attempts: %v", len(d1), len(d2), attempts)
 		}
 	}
+	// The down webhook's deliveries are recorded failed after their third
+	// attempt, and not retried.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, attempts, _ := down.snapshot()
+		var states []string
+		for id := range attempts {
+			state, n, err := store.DeliveryState(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if state != "failed" || n != 3 {
+				states = append(states, fmt.Sprintf("%s: %s after %d attempts", id, state, n))
+			}
+		}
+		if len(attempts) >= 4 && len(states) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30s, of the %d alerts the down webhook was sent, these are not recorded failed after 3 attempts (max_attempts): %v", len(attempts), states)
+		}
+	}
 	stop()
 
 	check := func(when string) {
 		t.Helper()
+		delivered, attempts, _ := down.snapshot()
+		if len(delivered) != 0 || len(attempts) != 4 {
+			t.Errorf("%s, the down webhook: %d alerts answered 2xx and %d sent, want 0 and 4", when, len(delivered), len(attempts))
+		}
+		for id, n := range attempts {
+			if n != 3 {
+				t.Errorf("%s, the down webhook: delivery %s had %d attempts, want 3 (max_attempts)", when, id, n)
+			}
+		}
 		for name, wr := range map[string]*webhookReceiver{"ok": ok, "flaky": flaky} {
 			delivered, attempts, twice := wr.snapshot()
 			if len(twice) > 0 {
