@@ -119,6 +119,44 @@ jobs:
 		t.Errorf("a done row names no replica: %q", row)
 	}
 
+	// While an input is the active element, or a note holds text, the page
+	// does not reload, even when it reloads itself every second: what is
+	// being typed stays. Headless Chromium's window never has the focus (so
+	// :focus matches nothing), as a user's does not while they copy the
+	// token from another window. The mark set with the text is lost with
+	// any reload; a reload already under way as it is set shows within
+	// 300ms, and is tried again.
+	for _, c := range []struct{ name, setup string }{
+		{"the note active", `n.focus()`},
+		{"the note holding text, the token active", `document.getElementById('token').focus()`},
+		{"the note holding text, nothing active", `n.blur()`},
+	} {
+		setup := `window.slotcronMark = 1; { const n = document.querySelector('.actions .note'); n.value = 'half a note'; ` + c.setup + `; } true`
+		kept := `window.slotcronMark === 1 && document.querySelector('.actions .note').value === 'half a note'`
+		set := false
+		for range 3 {
+			if err := chromedp.Do(ctx, chromedp.Navigate(url+"?refresh=1"), chromedp.WaitVisible(chromedp.CSS(`.actions .note`))); err != nil {
+				t.Fatalf("loading the dashboard with ?refresh=1: %v", err)
+			}
+			if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](setup)); err == nil && ok {
+				time.Sleep(300 * time.Millisecond)
+				if set = until(time.Second, kept); set {
+					break
+				}
+			}
+		}
+		if !set {
+			t.Fatalf("%s: the note did not keep what was typed for 300ms, three times", c.name)
+		}
+		time.Sleep(3 * time.Second) // three of the page's reload intervals
+		if !until(time.Second, kept) {
+			t.Errorf("%s: the page reloaded: what was typed is lost", c.name)
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`.actions .note`))); err != nil {
+		t.Fatalf("loading the dashboard again: %v", err)
+	}
+
 	// Run now, with the token.
 	// While an input has the focus the page does not reload; a reload
 	// before the typing starts is tried again, from empty fields.

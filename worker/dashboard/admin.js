@@ -1,7 +1,10 @@
 // The dashboard's admin buttons: each POSTs to /admin/jobs/{job}/{action}
 // with the token typed into the page, shows the answer, and reloads the page.
 // The page reloads itself every data-refresh seconds (5, or ?refresh=N; 0:
-// never), except while an input has the focus.
+// never), except while an input is the active element or a note holds text:
+// a reload would lose what is being typed. (The active element, not :focus,
+// which matches only while the window has the focus: a user who switches
+// to another window for the token would lose the note.)
 (function () {
   const token = document.getElementById('token');
   token.value = sessionStorage.getItem('slotcron-admin-token') || '';
@@ -34,7 +37,10 @@
   const every = Number(document.body.dataset.refresh);
   if (every > 0) {
     setInterval(() => {
-      if (!document.querySelector('input:focus')) location.reload();
+      const active = document.activeElement;
+      const typing = (active && active.tagName === 'INPUT') ||
+        [...document.querySelectorAll('.actions .note')].some((n) => n.value !== '');
+      if (!typing) location.reload();
     }, every * 1000);
   }
 })();
