@@ -72,6 +72,7 @@ func (p *process) launch() error {
 			"--dir", p.dir, "--daemonize", "no", "--logfile", filepath.Join(p.dir, "redis.log")}, p.args...)
 	}
 	cmd := exec.Command("redis-server", args...)
+	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}

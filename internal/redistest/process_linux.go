@@ -1,0 +1,16 @@
+package redistest
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// dieWithTest has the kernel kill cmd when the test binary that starts it
+// ends, however it ends: a panic, a -timeout, a SIGKILL, none of which runs
+// the test's cleanup, would otherwise leave the redis-server running, its
+// port and memory held, until someone kills it by hand. (The signal
+// follows the thread that started cmd; Go ends a thread only when a
+// goroutine locked to it returns, which these tests do not do.)
+func dieWithTest(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
