@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
 )
@@ -369,5 +370,37 @@ func TestBackfillClaimSentAgainKeepsTheMissedRecord(t *testing.T) {
 	want := slot.Missed{By: "w0", Reason: "older than the catch-up window"}
 	if rec, ok, err := s.Record(ctx, "p", at); err != nil || !ok || rec.State != slot.StateDone || rec.Missed == nil || *rec.Missed != want {
 		t.Fatalf("the record once finished: %+v (%v, %v); want done, keeping %+v", rec, ok, err, want)
+	}
+}
+
+// TestBackfillOverAMissedRecordReadsItOnce: on a Redis of its own, a
+// backfill's claim that wins over a missed record reads the record once
+// (its GET gives both the state that lets it win and what the missed
+// record said), reads the job's state once, and writes the record and the
+// state once each.
+func TestBackfillOverAMissedRecordReadsItOnce(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	rdb := srv.Client()
+	s, err := slotstore.New(rdb, srv.Key("sc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	at := time.Now().Truncate(time.Second).Add(-30 * time.Second)
+	if r := claimOne(t, s, miss("m", at, "w0")); r.Outcome != slot.OutcomeMissed {
+		t.Fatalf("recording the slot missed: %+v", r)
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := claimOne(t, s, fill("m", at, "bf")); r.Outcome != slot.OutcomeWon {
+		t.Fatalf("the backfill's claim: %+v; want won over w0's missed record", r)
+	}
+	stats, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := scriptCommands(stats), "get=1 hmget=1 hset=1 set=1"; got != want {
+		t.Errorf("the script ran %q, want %q", got, want)
 	}
 }

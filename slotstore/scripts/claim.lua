@@ -104,16 +104,18 @@ local function found(rec, v)
   return {owner = h[1] or '', state = h[2] or 'unknown', fence = h[3] or '0', attempt = h[4] or '0', token = h[5] or '', run_id = '', started = '0'}
 end
 
--- peek returns the record of a slot, or nil when it has none, changing nothing.
+-- peek returns the record of a slot, or nil when it has none, changing
+-- nothing; and GET's reply: the record's text, or an error table for a
+-- protocol-1 hash.
 local function peek(rec)
   local v = redis.pcall('GET', rec)
   if type(v) == 'table' then
-    return found(rec, nil)
+    return found(rec, nil), v
   end
   if not v then
     return nil
   end
-  return found(rec, v)
+  return found(rec, v), v
 end
 
 -- create writes content to rec, with the retention, unless the slot has a
@@ -312,14 +314,14 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   local content = 'running ' .. fs .. ' 1 ' .. started_s .. ' 0 ' .. at_s .. ' ' .. tail
   local r, was
   if over_missed then
-    r = peek(rec)
+    local v
+    r, v = peek(rec)
     if r and not stands(r, over_missed) then
       -- Missed: no run of the slot ever started. Its record becomes this
       -- run's (a protocol-1 hash is replaced too); the job's state already
       -- counts it in its last and ends. The run's record keeps, as its by
       -- and note (a scheduled slot's are empty: the tail ends "0:0:"), who
       -- recorded the slot missed and why.
-      local v = redis.pcall('GET', rec)
       if type(v) == 'table' then
         local h = redis.call('HMGET', rec, 'owner', 'error')
         was = {h[1] or '', h[2] or ''}
