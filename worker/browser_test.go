@@ -121,18 +121,21 @@ jobs:
 
 	// While an input is the active element, or a note holds text, the page
 	// does not reload, even when it reloads itself every second: what is
-	// being typed stays. Headless Chromium's window never has the focus (so
-	// :focus matches nothing), as a user's does not while they copy the
-	// token from another window. The mark set with the text is lost with
-	// any reload; a reload already under way as it is set shows within
-	// 300ms, and is tried again.
-	for _, c := range []struct{ name, setup string }{
-		{"the note active", `n.focus()`},
-		{"the note holding text, the token active", `document.getElementById('token').focus()`},
-		{"the note holding text, nothing active", `n.blur()`},
+	// being typed stays, and the input keeps the focus. Headless Chromium's
+	// window never has the focus (so :focus matches nothing), as a user's
+	// does not while they copy the token from another window. The mark set
+	// with the text is lost with any reload; a reload already under way as
+	// it is set shows within 300ms, and is tried again. The rest of the page
+	// is refreshed in place meanwhile: the header's time and the job's next
+	// slots move on.
+	for _, c := range []struct{ name, setup, active string }{
+		{"the note active", `n.focus()`, "note"},
+		{"the note holding text, the token active", `document.getElementById('token').focus()`, "token"},
+		{"the note holding text, nothing active", `n.blur()`, "BODY"},
 	} {
 		setup := `window.slotcronMark = 1; { const n = document.querySelector('.actions .note'); n.value = 'half a note'; ` + c.setup + `; } true`
-		kept := `window.slotcronMark === 1 && document.querySelector('.actions .note').value === 'half a note'`
+		active := `(document.activeElement.id || document.activeElement.className || document.activeElement.tagName) === '` + c.active + `'`
+		kept := `window.slotcronMark === 1 && document.querySelector('.actions .note').value === 'half a note' && ` + active
 		set := false
 		for range 3 {
 			if err := chromedp.Do(ctx, chromedp.Navigate(url+"?refresh=1"), chromedp.WaitVisible(chromedp.CSS(`.actions .note`))); err != nil {
@@ -148,9 +151,15 @@ jobs:
 		if !set {
 			t.Fatalf("%s: the note did not keep what was typed for 300ms, three times", c.name)
 		}
+		shown := `document.querySelector('header .muted').textContent + ' | ' + document.querySelectorAll('section.job p.policy')[1].textContent`
+		before := text(shown)
 		time.Sleep(3 * time.Second) // three of the page's reload intervals
 		if !until(time.Second, kept) {
-			t.Errorf("%s: the page reloaded: what was typed is lost", c.name)
+			t.Errorf("%s: the page reloaded, or the input lost the focus: what was typed is lost (active: %s)", c.name,
+				text(`document.activeElement.outerHTML.slice(0, 120)`))
+		}
+		if after := text(shown); after == before {
+			t.Errorf("%s: the page was not refreshed in place in 3s: it still shows %q", c.name, before)
 		}
 	}
 	if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`.actions .note`))); err != nil {

@@ -1,10 +1,12 @@
 // The dashboard's admin buttons: each POSTs to /admin/jobs/{job}/{action}
 // with the token typed into the page, shows the answer, and reloads the page.
 // The page reloads itself every data-refresh seconds (5, or ?refresh=N; 0:
-// never), except while an input is the active element or a note holds text:
-// a reload would lose what is being typed. (The active element, not :focus,
-// which matches only while the window has the focus: a user who switches
-// to another window for the token would lose the note.)
+// never). While an input is the active element or a note holds text, a
+// reload would lose what is being typed: the page is then refreshed in
+// place instead, everything but the token and the jobs' action boxes
+// replaced from a fresh copy. (The active element, not :focus, which
+// matches only while the window has the focus: a user who switches to
+// another window for the token would lose the note.)
 (function () {
   const token = document.getElementById('token');
   token.value = sessionStorage.getItem('slotcron-admin-token') || '';
@@ -34,13 +36,72 @@
       }
     });
   });
+  // kept: what a refresh in place leaves as it is, typed text and all.
+  const kept = '.actions, label.token';
+  // key names an element that holds something kept, to find its
+  // counterpart in the fresh copy: a job's by its name.
+  const key = (el) => {
+    const a = el.matches('.actions') ? el : el.querySelector('.actions');
+    return el.tagName + '.' + el.className + (a ? ':' + a.dataset.job : '');
+  };
+  // plan matches, under the live element and its fresh copy, the children
+  // that hold something kept, in order, down to the kept ones: a list of
+  // [live, fresh] pairs whose other children are replaced, or null when
+  // one has no counterpart (a job gone or moved: the page stays as it is
+  // until the typing ends and it reloads).
+  const plan = (live, fresh, pairs) => {
+    pairs.push([live, fresh]);
+    if (live.matches(kept)) return pairs;
+    const others = [...fresh.children].filter((c) => c.matches(kept) || c.querySelector(kept));
+    for (const c of [...live.children].filter((c) => c.matches(kept) || c.querySelector(kept))) {
+      const f = others.shift();
+      if (!f || key(f) !== key(c) || !plan(c, f, pairs)) return null;
+    }
+    return others.length === 0 ? pairs : null;
+  };
+  // replaceAround gives live the children of fresh, but for those that
+  // hold something kept, which stay where they are (moving the active
+  // input would take the focus from it).
+  const replaceAround = (live, fresh) => {
+    const stay = new Set([...live.children].filter((c) => c.matches(kept) || c.querySelector(kept)));
+    [...live.childNodes].filter((n) => !stay.has(n)).forEach((n) => n.remove());
+    let next = live.firstChild;
+    for (const n of [...fresh.childNodes]) {
+      if (n.nodeType === Node.ELEMENT_NODE && (n.matches(kept) || n.querySelector(kept))) {
+        next = next.nextSibling; // its live counterpart, matched by plan
+      } else {
+        live.insertBefore(document.importNode(n, true), next);
+      }
+    }
+  };
+  let refreshing = false;
+  const refreshInPlace = async () => {
+    if (refreshing) return;
+    refreshing = true;
+    try {
+      const r = await fetch(location.href, { cache: 'no-store' });
+      if (!r.ok) return;
+      const doc = new DOMParser().parseFromString(await r.text(), 'text/html');
+      const pairs = plan(document.body, doc.body, []);
+      if (!pairs) return;
+      for (const [live, fresh] of pairs) {
+        if (!live.matches(kept)) replaceAround(live, fresh);
+      }
+      document.title = doc.title;
+    } catch (e) {
+      // the worker did not answer: the page stays as it is, and is tried again
+    } finally {
+      refreshing = false;
+    }
+  };
   const every = Number(document.body.dataset.refresh);
   if (every > 0) {
     setInterval(() => {
       const active = document.activeElement;
       const typing = (active && active.tagName === 'INPUT') ||
         [...document.querySelectorAll('.actions .note')].some((n) => n.value !== '');
-      if (!typing) location.reload();
+      if (typing) refreshInPlace();
+      else location.reload();
     }, every * 1000);
   }
 })();
