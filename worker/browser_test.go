@@ -162,6 +162,21 @@ jobs:
 			t.Errorf("%s: the page was not refreshed in place in 3s: it still shows %q", c.name, before)
 		}
 	}
+	// The refreshes in place left the page's script as it was: a click
+	// sends one request, not one per copy of the script that ran.
+	posts := text(`(() => {
+		window.slotcronPosts = 0;
+		const get = window.fetch;
+		window.fetch = (u, o) => {
+			if (o && o.method === 'POST') { window.slotcronPosts++; return new Promise(() => {}); }
+			return get(u, o);
+		};
+		document.querySelector('.actions button[data-action="trigger"]').click();
+		return String(window.slotcronPosts);
+	})()`)
+	if posts != "1" {
+		t.Errorf("after refreshes in place, a click on Run now sent %s requests, want 1", posts)
+	}
 	if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`.actions .note`))); err != nil {
 		t.Fatalf("loading the dashboard again: %v", err)
 	}

@@ -36,8 +36,10 @@
       }
     });
   });
-  // kept: what a refresh in place leaves as it is, typed text and all.
-  const kept = '.actions, label.token';
+  // kept: what a refresh in place leaves as it is, typed text and all; and
+  // this script, rather than a copy of it (which the browser would not run
+  // again: a DOMParser's scripts are marked as started).
+  const kept = '.actions, label.token, body > script';
   // key names an element that holds something kept, to find its
   // counterpart in the fresh copy: a job's by its name.
   const key = (el) => {
