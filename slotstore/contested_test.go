@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
 )
@@ -265,12 +264,7 @@ func changes(before, after map[string]string) string {
 // reads the job's state first, and once the run has ended and freed the
 // job, tries to write the record too.
 func TestContestedClaimThatLosesOnlyReads(t *testing.T) {
-	srv := redistest.StartOwned(t)
-	rdb := srv.Client()
-	s, err := slotstore.New(rdb, srv.Key("sc"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, s := newOwnedSlots(t)
 	ctx := context.Background()
 	at := time.Unix(1_700_006_100, 0)
 	won := claimOne(t, s, live("j", at, "r1"))

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
 )
@@ -379,12 +378,7 @@ func TestBackfillClaimSentAgainKeepsTheMissedRecord(t *testing.T) {
 // record said), reads the job's state once, and writes the record and the
 // state once each.
 func TestBackfillOverAMissedRecordReadsItOnce(t *testing.T) {
-	srv := redistest.StartOwned(t)
-	rdb := srv.Client()
-	s, err := slotstore.New(rdb, srv.Key("sc"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, s := newOwnedSlots(t)
 	ctx := context.Background()
 	at := time.Now().Truncate(time.Second).Add(-30 * time.Second)
 	if r := claimOne(t, s, miss("m", at, "w0")); r.Outcome != slot.OutcomeMissed {

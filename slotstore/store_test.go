@@ -47,6 +47,19 @@ func newSlots(t *testing.T) (*redistest.Server, *redis.Client, *slotstore.Store)
 	return srv, rdb, s
 }
 
+// newOwnedSlots is newSlots on a Redis of the test's own: for tests that
+// read or reset the server's statistics.
+func newOwnedSlots(t *testing.T) (*redis.Client, *slotstore.Store) {
+	t.Helper()
+	srv := redistest.StartOwned(t)
+	rdb := srv.Client()
+	s, err := slotstore.New(rdb, srv.Key("sc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rdb, s
+}
+
 func live(job string, at time.Time, replica string) slot.Claim {
 	return slot.Claim{Kind: slot.ClaimLive, Job: job, Slot: at, Replica: replica,
 		LeaseTTL: 5 * time.Second, Retention: time.Hour, Deadline: time.Now().Add(time.Minute)}
