@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +57,30 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// startOnOwnThread starts cmd from a goroutine locked to its OS thread
+// until cmd has exited, and returns the channel that receives Wait's
+// result. The parent's death signal (dieWithTest) follows the thread that
+// forked, not the process: on a thread any goroutine may run on, a
+// goroutine of the test binary that locked it and returned still locked
+// would end the thread, and the server with it, mid-test.
+func startOnOwnThread(cmd *exec.Cmd) (chan error, error) {
+	started, exited := make(chan error, 1), make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
+}
+
 // launch starts redis-server and waits until it accepts connections.
 func (p *process) launch() error {
 	args := append([]string{
@@ -73,11 +98,10 @@ func (p *process) launch() error {
 	}
 	cmd := exec.Command("redis-server", args...)
 	dieWithTest(cmd)
-	if err := cmd.Start(); err != nil {
+	exited, err := startOnOwnThread(cmd)
+	if err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		select {

@@ -9,8 +9,8 @@ import (
 // ends, however it ends: a panic, a -timeout, a SIGKILL, none of which runs
 // the test's cleanup, would otherwise leave the redis-server running, its
 // port and memory held, until someone kills it by hand. (The signal
-// follows the thread that started cmd; Go ends a thread only when a
-// goroutine locked to it returns, which these tests do not do.)
+// follows the thread that started cmd: startOnOwnThread keeps that thread
+// to itself until the server has exited.)
 func dieWithTest(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

@@ -2,8 +2,10 @@ package redistest
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +18,8 @@ import (
 func TestAKilledTestsServerStops(t *testing.T) {
 	child := exec.Command(os.Args[0], "-test.run", "^TestHelperServerOfAKilledTest$", "-test.count", "1")
 	child.Env = append(os.Environ(), "REDISTEST_HELPER=1")
+	var stderr bytes.Buffer
+	child.Stderr = &stderr
 	out, err := child.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -26,13 +30,16 @@ func TestAKilledTestsServerStops(t *testing.T) {
 	defer child.Process.Kill()
 	pid := 0
 	lines := bufio.NewScanner(out)
+	var said strings.Builder
 	for pid == 0 && lines.Scan() { // the helper prints its server's PID, then waits to be killed
 		if v, ok := strings.CutPrefix(lines.Text(), "redis-server pid "); ok {
 			pid, _ = strconv.Atoi(v)
 		}
+		said.WriteString(lines.Text() + "\n")
 	}
 	if pid == 0 {
-		t.Fatalf("the helper test printed no server PID (%v)", lines.Err())
+		_ = child.Wait()
+		t.Fatalf("the helper test printed no server PID (%v):\n%s%s", lines.Err(), said.String(), stderr.String())
 	}
 	if !running(pid) {
 		t.Fatalf("the helper's redis-server (pid %d) is not running before the helper is killed", pid)
@@ -67,6 +74,39 @@ func TestHelperServerOfAKilledTest(t *testing.T) {
 	p.mu.Unlock()
 	os.Stdout.WriteString("redis-server pid " + strconv.Itoa(pid) + "\n")
 	time.Sleep(time.Minute)
+}
+
+// TestAServerOutlivesTheThreadThatStartedIt: the parent's death signal
+// follows the thread that forked the server, and Go ends a thread when a
+// goroutine locked to it returns still locked. A test whose goroutine does
+// that after starting a server (or that runs, after it, on a thread some
+// other goroutine locks and ends) must keep its server.
+func TestAServerOutlivesTheThreadThatStartedIt(t *testing.T) {
+	type started struct {
+		p   *process
+		err error
+	}
+	ch := make(chan started, 1)
+	dir := t.TempDir()
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends as this returns
+		p, err := startProcess(dir)
+		ch <- started{p, err}
+	}()
+	s := <-ch
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	defer s.p.close()
+	s.p.mu.Lock()
+	pid := s.p.cmd.Process.Pid
+	s.p.mu.Unlock()
+	// The thread ends as the goroutine returns, just after it sent; the
+	// signal is sent as it ends. This only lets that happen first.
+	time.Sleep(200 * time.Millisecond)
+	if !running(pid) {
+		t.Fatalf("the redis-server (pid %d) died with the thread that started it", pid)
+	}
 }
 
 // running reports whether process pid exists and is not a zombie.
