@@ -128,14 +128,15 @@ jobs:
 	// it is set shows within 300ms, and is tried again. The rest of the page
 	// is refreshed in place meanwhile: the header's time and the job's next
 	// slots move on.
-	for _, c := range []struct{ name, setup, active string }{
-		{"the note active", `n.focus()`, "note"},
-		{"the note holding text, the token active", `document.getElementById('token').focus()`, "token"},
-		{"the note holding text, nothing active", `n.blur()`, "BODY"},
+	for _, c := range []struct{ name, note, setup, active string }{
+		{"the note active", "half a note", `n.focus()`, "note"},
+		{"the note holding text, the token active", "half a note", `document.getElementById('token').focus()`, "token"},
+		{"the note holding text, nothing active", "half a note", `n.blur()`, "BODY"},
+		{"the note empty, the token active", "", `document.getElementById('token').focus()`, "token"},
 	} {
-		setup := `window.slotcronMark = 1; { const n = document.querySelector('.actions .note'); n.value = 'half a note'; ` + c.setup + `; } true`
+		setup := `window.slotcronMark = 1; { const n = document.querySelector('.actions .note'); n.value = '` + c.note + `'; ` + c.setup + `; } true`
 		active := `(document.activeElement.id || document.activeElement.className || document.activeElement.tagName) === '` + c.active + `'`
-		kept := `window.slotcronMark === 1 && document.querySelector('.actions .note').value === 'half a note' && ` + active
+		kept := `window.slotcronMark === 1 && document.querySelector('.actions .note').value === '` + c.note + `' && ` + active
 		set := false
 		for range 3 {
 			if err := chromedp.Do(ctx, chromedp.Navigate(url+"?refresh=1"), chromedp.WaitVisible(chromedp.CSS(`.actions .note`))); err != nil {
@@ -204,9 +205,17 @@ jobs:
 	if result := text(`document.querySelector('.actions .result').textContent`); !strings.Contains(result, ": won on web-b") {
 		t.Errorf("Run now answered %q; want the manual slot won by the replica that served the page", result)
 	}
-	// The page reloads 1.5s after the answer; the manual run is recorded by then.
+	// The page refreshes 1.5s after the answer. The note went with the
+	// action and is cleared; with the token active (typed again, say), it
+	// refreshes in place: the mark stays, and the manual run appears.
+	if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.slotcronMark = 2; document.getElementById('token').focus(); document.querySelector('.actions .note').value === ''`)); err != nil || !ok {
+		t.Fatalf("after Run now's answer, the note was not cleared (%v)", err)
+	}
 	if !until(20*time.Second, `[...document.querySelectorAll('section.job tr')].some(r => r.querySelector('.manual') && r.querySelector('.state.done'))`) {
 		t.Fatal("the manual run did not appear done")
+	}
+	if !until(time.Second, `window.slotcronMark === 2 && document.activeElement.id === 'token'`) {
+		t.Error("the page reloaded after Run now while the token was active")
 	}
 	row := text(`document.querySelector('section.job .manual').closest('tr').innerText`)
 	if !strings.Contains(row, "web-b") || !strings.Contains(row, "from the browser test") {

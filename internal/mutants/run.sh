@@ -54,9 +54,14 @@ while IFS=$'\t' read -r file why from to; do
     continue
   fi
   own=$(dirname "$file")
-  while ! compgen -G "$own/*.go" >/dev/null; do # a Lua script or a dashboard file is its package's
+  while [ "$own" != . ] && ! compgen -G "$own/*.go" >/dev/null; do # a Lua script or a dashboard file is its package's
     own=$(dirname "$own")
   done
+  if ! compgen -G "$own/*.go" >/dev/null; then # (the root holds none: a file outside every package)
+    echo "NOT APPLIED  $file: $why: no Go package holds it"
+    broken=$((broken + 1))
+    continue
+  fi
   own=./$own
   if ! go test -c -o /dev/null "$own" >"$work/out" 2>&1; then # a kill must come from a test, not the compiler
     echo "NOT APPLIED  $file: $why: it does not build: $(head -2 "$work/out" | paste -sd' ' -)"

@@ -1,5 +1,6 @@
 // The dashboard's admin buttons: each POSTs to /admin/jobs/{job}/{action}
-// with the token typed into the page, shows the answer, and reloads the page.
+// with the token typed into the page, shows the answer, clears the note it
+// sent, and refreshes the page (refresh, below).
 // The page reloads itself every data-refresh seconds (5, or ?refresh=N; 0:
 // never). While an input is the active element or a note holds text, a
 // reload would lose what is being typed: the page is then refreshed in
@@ -30,7 +31,8 @@
         out.textContent = button.dataset.action === 'trigger'
           ? 'manual slot ' + a.id + ': ' + a.outcome + ' on ' + a.replica + (a.holder ? ' (' + a.holder + ')' : '')
           : a.action + (a.changed ? 'd' : ': no change');
-        setTimeout(() => location.reload(), 1500);
+        box.querySelector('.note').value = ''; // sent: it goes with the action
+        setTimeout(refresh, 1500);
       } catch (e) {
         out.textContent = String(e);
       }
@@ -76,6 +78,16 @@
       }
     }
   };
+  // refresh reloads the page, or refreshes it in place while an input is
+  // active or a note holds text (after an action too: a note typed for
+  // another job, or the token, stays).
+  function refresh() {
+    const active = document.activeElement;
+    const typing = (active && active.tagName === 'INPUT') ||
+      [...document.querySelectorAll('.actions .note')].some((n) => n.value !== '');
+    if (typing) refreshInPlace();
+    else location.reload();
+  }
   let refreshing = false;
   const refreshInPlace = async () => {
     if (refreshing) return;
@@ -98,12 +110,6 @@
   };
   const every = Number(document.body.dataset.refresh);
   if (every > 0) {
-    setInterval(() => {
-      const active = document.activeElement;
-      const typing = (active && active.tagName === 'INPUT') ||
-        [...document.querySelectorAll('.actions .note')].some((n) => n.value !== '');
-      if (typing) refreshInPlace();
-      else location.reload();
-    }, every * 1000);
+    setInterval(refresh, every * 1000);
   }
 })();
