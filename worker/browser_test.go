@@ -125,9 +125,10 @@ jobs:
 	// window never has the focus (so :focus matches nothing), as a user's
 	// does not while they copy the token from another window. The mark set
 	// with the text is lost with any reload; a reload already under way as
-	// it is set shows within 300ms, and is tried again. The rest of the page
-	// is refreshed in place meanwhile: the header's time and the job's next
-	// slots move on.
+	// it is set (the timer's tick came just before) shows once it commits,
+	// which a wait past the next tick leaves time for, and is tried again.
+	// The rest of the page is refreshed in place meanwhile: the header's
+	// time and the job's next slots move on.
 	for _, c := range []struct{ name, note, setup, active string }{
 		{"the note active", "half a note", `n.focus()`, "note"},
 		{"the note holding text, the token active", "half a note", `document.getElementById('token').focus()`, "token"},
@@ -143,14 +144,14 @@ jobs:
 				t.Fatalf("loading the dashboard with ?refresh=1: %v", err)
 			}
 			if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](setup)); err == nil && ok {
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(1300 * time.Millisecond) // past the next tick of ?refresh=1
 				if set = until(time.Second, kept); set {
 					break
 				}
 			}
 		}
 		if !set {
-			t.Fatalf("%s: the note did not keep what was typed for 300ms, three times", c.name)
+			t.Fatalf("%s: the note did not keep what was typed for 1.3s, three times", c.name)
 		}
 		shown := `document.querySelector('header .muted').textContent + ' | ' + document.querySelectorAll('section.job p.policy')[1].textContent`
 		before := text(shown)
