@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -41,17 +42,23 @@ func TestAKilledTestsServerStops(t *testing.T) {
 		_ = child.Wait()
 		t.Fatalf("the helper test printed no server PID (%v):\n%s%s", lines.Err(), said.String(), stderr.String())
 	}
-	if !running(pid) {
-		t.Fatalf("the helper's redis-server (pid %d) is not running before the helper is killed", pid)
+	born, err := startTime(pid)
+	if err != nil || !running(pid) {
+		t.Fatalf("the helper's redis-server (pid %d) is not running before the helper is killed (%v)", pid, err)
+	}
+	// ours: the process of that PID and start time (a PID alone may be reused)
+	ours := func() bool {
+		st, err := startTime(pid)
+		return err == nil && st == born && running(pid)
 	}
 	if err := child.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
 	deadline := time.Now().Add(10 * time.Second) // the kernel signals at once; only a guard against a hang
-	for running(pid) {
+	for ours() {
 		if time.Now().After(deadline) {
-			_ = exec.Command("kill", "-9", strconv.Itoa(pid)).Run()
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("the redis-server (pid %d) of a test binary killed 10s ago still runs (killed now)", pid)
 		}
 		time.Sleep(10 * time.Millisecond)
