@@ -42,6 +42,8 @@
   // this script, rather than a copy of it (which the browser would not run
   // again: a DOMParser's scripts are marked as started).
   const kept = '.actions, label.token, body > script';
+  // holds: whether el is kept, or holds something kept.
+  const holds = (el) => el.matches(kept) || el.querySelector(kept) !== null;
   // key names an element that holds something kept, to find its
   // counterpart in the fresh copy: a job's by its name.
   const key = (el) => {
@@ -56,8 +58,8 @@
   const plan = (live, fresh, pairs) => {
     pairs.push([live, fresh]);
     if (live.matches(kept)) return pairs;
-    const others = [...fresh.children].filter((c) => c.matches(kept) || c.querySelector(kept));
-    for (const c of [...live.children].filter((c) => c.matches(kept) || c.querySelector(kept))) {
+    const others = [...fresh.children].filter(holds);
+    for (const c of [...live.children].filter(holds)) {
       const f = others.shift();
       if (!f || key(f) !== key(c) || !plan(c, f, pairs)) return null;
     }
@@ -67,11 +69,11 @@
   // hold something kept, which stay where they are (moving the active
   // input would take the focus from it).
   const replaceAround = (live, fresh) => {
-    const stay = new Set([...live.children].filter((c) => c.matches(kept) || c.querySelector(kept)));
+    const stay = new Set([...live.children].filter(holds));
     [...live.childNodes].filter((n) => !stay.has(n)).forEach((n) => n.remove());
     let next = live.firstChild;
     for (const n of [...fresh.childNodes]) {
-      if (n.nodeType === Node.ELEMENT_NODE && (n.matches(kept) || n.querySelector(kept))) {
+      if (n.nodeType === Node.ELEMENT_NODE && holds(n)) {
         next = next.nextSibling; // its live counterpart, matched by plan
       } else {
         live.insertBefore(document.importNode(n, true), next);
