@@ -91,15 +91,15 @@ func TestHelperServerOfAKilledTest(t *testing.T) {
 func TestAServerOutlivesTheThreadThatStartedIt(t *testing.T) {
 	type started struct {
 		p   *process
+		tid int
 		err error
 	}
 	ch := make(chan started, 1)
 	dir := t.TempDir()
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends as this returns
+	onAThreadThatEnds(func() {
 		p, err := startProcess(dir)
-		ch <- started{p, err}
-	}()
+		ch <- started{p, syscall.Gettid(), err}
+	})
 	s := <-ch
 	if s.err != nil {
 		t.Fatal(s.err)
@@ -108,12 +108,44 @@ func TestAServerOutlivesTheThreadThatStartedIt(t *testing.T) {
 	s.p.mu.Lock()
 	pid := s.p.cmd.Process.Pid
 	s.p.mu.Unlock()
-	// The thread ends as the goroutine returns, just after it sent; the
-	// signal is sent as it ends. This only lets that happen first.
-	time.Sleep(200 * time.Millisecond)
-	if !running(pid) {
-		t.Fatalf("the redis-server (pid %d) died with the thread that started it", pid)
+	// The kernel sends the death signal as the thread exits, before its
+	// entry leaves /proc; a SIGKILL'd server answers nothing after that.
+	task := "/proc/self/task/" + strconv.Itoa(s.tid)
+	deadline := time.Now().Add(10 * time.Second) // Go ends the thread at once; only a guard against a hang
+	for {
+		if _, err := os.Stat(task); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the thread %d that started the server still runs 10s after its locked goroutine returned", s.tid)
+		}
+		time.Sleep(time.Millisecond)
 	}
+	got, err := serverPID(s.p.address())
+	if err != nil || got != pid {
+		t.Fatalf("the redis-server (pid %d) died with the thread that started it: INFO server answered pid %d, %v", pid, got, err)
+	}
+}
+
+// onAThreadThatEnds runs f in a goroutine locked to a thread that ends as f
+// returns. Go ends a thread whose locked goroutine returns, but for the
+// process's main thread, which it parks instead: a goroutine that finds
+// itself there holds that thread while f runs in another, then lets it go.
+func onAThreadThatEnds(f func()) {
+	go func() {
+		runtime.LockOSThread()
+		if syscall.Gettid() != os.Getpid() {
+			f()
+			return // still locked: the thread ends
+		}
+		done := make(chan struct{})
+		onAThreadThatEnds(func() {
+			defer close(done)
+			f()
+		})
+		<-done
+		runtime.UnlockOSThread()
+	}()
 }
 
 // running reports whether process pid exists and is not a zombie.
