@@ -3,10 +3,14 @@ package worker
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,31 +134,36 @@ jobs:
 	// which a wait past the next tick leaves time for, and is tried again.
 	// The rest of the page is refreshed in place meanwhile: the header's
 	// time and the job's next slots move on.
+	shown := `document.querySelector('header .muted').textContent + ' | ' + document.querySelectorAll('section.job p.policy')[1].textContent`
+	// typeInto loads page, types note into the first job's note with setup
+	// run after it (what it leaves active is active), sets the mark, and
+	// returns the JavaScript that tells whether all of that still holds.
+	typeInto := func(name, page, note, setup, active string) string {
+		t.Helper()
+		js := `window.slotcronMark = 1; { const n = document.querySelector('.actions .note'); n.value = '` + note + `'; ` + setup + `; } true`
+		kept := `window.slotcronMark === 1 && document.querySelector('.actions .note').value === '` + note + `' && ` +
+			`(document.activeElement.id || document.activeElement.className || document.activeElement.tagName) === '` + active + `'`
+		for range 3 {
+			if err := chromedp.Do(ctx, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS(`.actions .note`))); err != nil {
+				t.Fatalf("%s: loading %s: %v", name, page, err)
+			}
+			if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js)); err == nil && ok {
+				time.Sleep(1300 * time.Millisecond) // past the next tick of ?refresh=1
+				if until(time.Second, kept) {
+					return kept
+				}
+			}
+		}
+		t.Fatalf("%s: the note did not keep what was typed for 1.3s, three times", name)
+		return ""
+	}
 	for _, c := range []struct{ name, note, setup, active string }{
 		{"the note active", "half a note", `n.focus()`, "note"},
 		{"the note holding text, the token active", "half a note", `document.getElementById('token').focus()`, "token"},
 		{"the note holding text, nothing active", "half a note", `n.blur()`, "BODY"},
 		{"the note empty, the token active", "", `document.getElementById('token').focus()`, "token"},
 	} {
-		setup := `window.slotcronMark = 1; { const n = document.querySelector('.actions .note'); n.value = '` + c.note + `'; ` + c.setup + `; } true`
-		active := `(document.activeElement.id || document.activeElement.className || document.activeElement.tagName) === '` + c.active + `'`
-		kept := `window.slotcronMark === 1 && document.querySelector('.actions .note').value === '` + c.note + `' && ` + active
-		set := false
-		for range 3 {
-			if err := chromedp.Do(ctx, chromedp.Navigate(url+"?refresh=1"), chromedp.WaitVisible(chromedp.CSS(`.actions .note`))); err != nil {
-				t.Fatalf("loading the dashboard with ?refresh=1: %v", err)
-			}
-			if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](setup)); err == nil && ok {
-				time.Sleep(1300 * time.Millisecond) // past the next tick of ?refresh=1
-				if set = until(time.Second, kept); set {
-					break
-				}
-			}
-		}
-		if !set {
-			t.Fatalf("%s: the note did not keep what was typed for 1.3s, three times", c.name)
-		}
-		shown := `document.querySelector('header .muted').textContent + ' | ' + document.querySelectorAll('section.job p.policy')[1].textContent`
+		kept := typeInto(c.name, url+"?refresh=1", c.note, c.setup, c.active)
 		before := text(shown)
 		time.Sleep(3 * time.Second) // three of the page's reload intervals
 		if !until(time.Second, kept) {
@@ -166,6 +175,44 @@ jobs:
 		if !until(10*time.Second, shown+` !== `+strconv.Quote(before)) {
 			t.Errorf("%s: the page was not refreshed in place in 13s: it still shows %q", c.name, before)
 		}
+	}
+
+	// A refresh in place whose request is never answered (a proxy in front
+	// of the worker holds it) gives up, and a later one refreshes the page:
+	// one lost request must not leave the page stale while the typing goes
+	// on.
+	var hang atomic.Bool
+	hung, release := make(chan struct{}, 1), make(chan struct{})
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.Out.URL.Scheme, r.Out.URL.Host = "http", addrs[1]
+	}}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/" && hang.CompareAndSwap(true, false) {
+			hung <- struct{}{}
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	t.Cleanup(func() { close(release) }) // before Close, which waits for the handler
+	kept := typeInto("the note active, behind the proxy", proxy.URL+"/?refresh=1", "held", `n.focus()`, "note")
+	hang.Store(true)
+	select {
+	case <-hung:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no refresh in place reached the proxy in 15s")
+	}
+	before := text(shown)
+	// It gives up after 10s; the bound only guards against a hang.
+	if !until(30*time.Second, shown+` !== `+strconv.Quote(before)) {
+		t.Errorf("a refresh in place whose request was never answered stopped the refreshes: the page still shows %q after 30s", before)
+	}
+	if !until(time.Second, kept) {
+		t.Errorf("behind the proxy, the page reloaded, or the note lost the focus (active: %s)", text(`document.activeElement.outerHTML.slice(0, 120)`))
 	}
 	// The refreshes in place left the page's script as it was: a click
 	// sends one request, not one per copy of the script that ran.

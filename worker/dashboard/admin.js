@@ -90,12 +90,19 @@
     if (typing) refreshInPlace();
     else location.reload();
   }
+  const every = Number(document.body.dataset.refresh);
+  // patience: how long a refresh in place waits for the page, body and
+  // all, before it gives up (the next tick tries again). Without it, a
+  // request the worker never answered (a hung connection, a proxy that
+  // drops it) would hold refreshing, and the page would stay stale for as
+  // long as the typing went on.
+  const patience = Math.max(10, 2 * every) * 1000;
   let refreshing = false;
   const refreshInPlace = async () => {
     if (refreshing) return;
     refreshing = true;
     try {
-      const r = await fetch(location.href, { cache: 'no-store' });
+      const r = await fetch(location.href, { cache: 'no-store', signal: AbortSignal.timeout(patience) });
       if (!r.ok) return;
       const doc = new DOMParser().parseFromString(await r.text(), 'text/html');
       const pairs = plan(document.body, doc.body, []);
@@ -105,12 +112,12 @@
       }
       document.title = doc.title;
     } catch (e) {
-      // the worker did not answer: the page stays as it is, and is tried again
+      // the worker did not answer in time: the page stays as it is, and is
+      // tried again
     } finally {
       refreshing = false;
     }
   };
-  const every = Number(document.body.dataset.refresh);
   if (every > 0) {
     setInterval(refresh, every * 1000);
   }
