@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotcron/slotcron/internal/gotool"
 	"github.com/slotcron/slotcron/internal/redistest"
 )
 
@@ -22,7 +23,7 @@ import (
 // keeps the process alive. A second SIGTERM ends it at once, with exit code 1.
 func TestSecondSignalForcesExit(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "stuckworker")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/stuckworker").CombinedOutput(); err != nil {
+	if out, err := gotool.Command("build", "-o", bin, "./testdata/stuckworker").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	srv := redistest.Start(t)

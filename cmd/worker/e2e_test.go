@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/slotcron/slotcron/examples/lottery/lottery"
+	"github.com/slotcron/slotcron/internal/gotool"
 	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) { redistest.Main(m, nil) }
 func buildWorker(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "worker")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	out, err := gotool.Command("build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

@@ -2,16 +2,18 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/slotcron/slotcron/internal/gotool"
 )
 
 // TestREADMECommands checks that the README gives its two commands, and
 // runs the first the way a newcomer does, from the repository's root: the
-// demo (with -slots 2, to be quick), which must end with a good verdict.
+// demo (with -slots 2, to be quick, and this test's -race when it has
+// it: see gotool), which must end with a good verdict.
 // The second is the command that runs this test: it is not run again from
 // here. (It was, with -run '^$', to build every package's tests: on a
 // fresh machine that compiled and linked the whole module with -race a
@@ -32,7 +34,7 @@ func TestREADMECommands(t *testing.T) {
 		}
 	}
 
-	demo := exec.Command("go", "run", "./examples/lottery", "-slots", "2")
+	demo := gotool.Command("run", "./examples/lottery", "-slots", "2")
 	demo.Dir = root
 	out, err := demo.CombinedOutput()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotcron/slotcron/internal/gotool"
 	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/slotstore"
 )
@@ -22,7 +23,7 @@ func TestMain(m *testing.M) { redistest.Main(m, nil) }
 func buildDemo(t *testing.T) string {
 	t.Helper()
 	exe := filepath.Join(t.TempDir(), "lottery")
-	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
+	if out, err := gotool.Command("build", "-o", exe, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return exe

@@ -1,0 +1,6 @@
+//go:build race
+
+package gotool
+
+// buildFlags: this binary was built with the race detector.
+var buildFlags = []string{"-race"}
