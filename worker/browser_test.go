@@ -68,7 +68,7 @@ jobs:
 	defer cancelAlloc()
 	ctx, cancel := chromedp.NewContext(actx)
 	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	ctx, cancelT := context.WithTimeout(ctx, 150*time.Second) // the browser; the steps bound their own waits
 	defer cancelT()
 
 	url := "http://" + addrs[1] + "/"

@@ -38,7 +38,7 @@ func TestREADMECommands(t *testing.T) {
 	demo.Dir = root
 	out, err := demo.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go run ./examples/lottery -slots 2: %v\n%s", err, out)
+		t.Fatalf("%s: %v\n%s", strings.Join(demo.Args, " "), err, out)
 	}
 	verdict := regexp.MustCompile(`(?m)^2 slots, 2 draws, 0 duplicate draws, 0 missed$`)
 	if !verdict.Match(out) {

@@ -5,7 +5,9 @@
 // that they find their packages in the build cache the test's own build
 // filled, instead of compiling every dependency a second time without it
 // (on a fresh 2-vCPU machine, minutes of CPU while the other packages'
-// tests run), and so that a data race in the program fails the test.
+// tests run). A data race in such a program is reported on its stderr, and
+// turns its exit status 0 into 66; a test fails on it only where it checks
+// that status (cmd/worker's workers and the demo's own process do).
 package gotool
 
 import "os/exec"
