@@ -1,11 +1,14 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -18,6 +21,8 @@ import (
 
 	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/slot"
+	"github.com/slotcron/slotcron/slotstore"
 )
 
 // browserPath finds a Chromium or Chrome, or fails the test saying what to
@@ -186,6 +191,11 @@ jobs:
 	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
 		r.Out.URL.Scheme, r.Out.URL.Host = "http", addrs[1]
 	}}
+	// keys gets the key of each Run now that reaches the proxy; with
+	// loseAnswer set, the worker gets the request, and runs it, but its
+	// answer is lost.
+	var loseAnswer atomic.Bool
+	keys := make(chan string, 16)
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && r.URL.Path == "/" && hang.CompareAndSwap(true, false) {
 			hung <- struct{}{}
@@ -194,6 +204,20 @@ jobs:
 			case <-release:
 			}
 			return
+		}
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/trigger") {
+			body, _ := io.ReadAll(r.Body)
+			form, _ := neturl.ParseQuery(string(body))
+			keys <- form.Get("key")
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if loseAnswer.Load() {
+				rp.ServeHTTP(httptest.NewRecorder(), r)
+				select {
+				case <-r.Context().Done():
+				case <-release:
+				}
+				return
+			}
 		}
 		rp.ServeHTTP(w, r)
 	}))
@@ -280,5 +304,103 @@ jobs:
 	row := text(`document.querySelector('section.job .manual').closest('tr').innerText`)
 	if !strings.Contains(row, "web-b") || !strings.Contains(row, "from the browser test") {
 		t.Errorf("the manual run's row: %q", row)
+	}
+
+	// Run now behind the proxy, which passes the request on (the worker
+	// runs it) and loses the answer. A double click sends one request, with
+	// a key; the page keeps still while it waits (a reload would drop the
+	// answer), then says that the run may have started, and keeps the key,
+	// reloads and all: Run now asks again with it, and the slot runs once.
+	store, err := slotstore.New(srv.Client(), "br")
+	if err != nil {
+		t.Fatal(err)
+	}
+	loseAnswer.Store(true)
+	result := `document.querySelector('.actions .result').textContent`
+	var k string
+	for try := 0; ; try++ {
+		if try == 3 {
+			t.Fatal("Run now behind the proxy: a reload came between the click and its request, or dropped the answer's wait, three times")
+		}
+		if err := chromedp.Do(ctx, chromedp.Navigate(proxy.URL+"/?refresh=1"), chromedp.WaitVisible(chromedp.CSS(`.actions .note`))); err != nil {
+			t.Fatalf("loading the dashboard behind the proxy: %v", err)
+		}
+		disabled, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.slotcronMark = 3;
+			document.getElementById('token').value = 's3cret'; sessionStorage.setItem('slotcron-admin-token', 's3cret');
+			{ const b = document.querySelector('.actions button[data-action="trigger"]'); b.click(); b.click(); b.disabled }`))
+		if err != nil {
+			continue // a reload ended the evaluation
+		}
+		if !disabled {
+			t.Error("while Run now awaits its answer, its button is not disabled")
+		}
+		select {
+		case k = <-keys:
+		case <-time.After(15 * time.Second):
+			continue // a reload under way as the click came dropped the request
+		}
+		// Past the page's next tick: a reload already under way as the
+		// click came commits, and is tried again (the key is kept).
+		time.Sleep(1300 * time.Millisecond)
+		if until(time.Second, `window.slotcronMark === 3 && `+result+` === '…'`) {
+			break
+		}
+	}
+	time.Sleep(2 * time.Second) // two more ticks of ?refresh=1
+	if !until(time.Second, `window.slotcronMark === 3 && `+result+` === '…'`) {
+		t.Errorf("while Run now awaited its answer, the page reloaded (it shows %q)", text(result))
+	}
+	if k == "" || slot.CheckManualID(k) != nil {
+		t.Errorf("Run now sent the key %q", k)
+	}
+	// It gives up after 10s (the bound only guards against a hang), and
+	// the page then reloads: its message, or the reloaded page's, says so.
+	if !until(30*time.Second, result+`.includes('Run now got no answer') && `+result+`.includes('it may have run. Run now asks again with the same key')`) {
+		t.Fatalf("Run now, its answer lost: the page shows %q after 30s", text(result))
+	}
+	if len(keys) != 0 {
+		t.Errorf("a double click on Run now sent a second request, with key %q", <-keys)
+	}
+	waitFor(t, 20*time.Second, func() bool {
+		rec, ok, _ := store.ManualRecord(context.Background(), "tick", k)
+		return ok && rec.State == slot.StateDone
+	})
+	loseAnswer.Store(false)
+	if err := chromedp.Do(ctx, chromedp.Navigate(proxy.URL+"/?refresh=0"), chromedp.WaitVisible(chromedp.CSS(`.actions .note`))); err != nil {
+		t.Fatalf("loading the dashboard behind the proxy again: %v", err)
+	}
+	if got := text(result); !strings.HasPrefix(got, "an earlier Run now got no answer") {
+		t.Errorf("reloaded after Run now's answer was lost, the page shows %q", got)
+	}
+	// click clicks Run now with the note active: the refresh after the
+	// answer is then in place, and the answer stays on the page.
+	click := func() string {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('.actions .note').focus();
+			document.querySelector('.actions button[data-action="trigger"]').click(); true`)); err != nil {
+			t.Fatalf("Run now: %v", err)
+		}
+		select {
+		case key := <-keys:
+			return key
+		case <-time.After(15 * time.Second):
+			t.Fatal("Run now sent no request in 15s")
+			return ""
+		}
+	}
+	if again := click(); again != k {
+		t.Errorf("Run now after a lost answer sent the key %q, want the same key %q", again, k)
+	}
+	if !until(15*time.Second, result+`.startsWith('manual slot ')`) ||
+		!strings.HasPrefix(text(result), "manual slot "+k+": done on web-") || !strings.Contains(text(result), "the key was sent before") {
+		t.Errorf("Run now asked again with its key: the page shows %q", text(result))
+	}
+	// Answered, the key is settled: the next Run now is a new slot.
+	next := click()
+	if next == k || slot.CheckManualID(next) != nil {
+		t.Errorf("Run now after an answer sent the key %q (the one before: %q)", next, k)
+	}
+	if !until(15*time.Second, result+` === 'manual slot `+next+`: won on web-b'`) {
+		t.Errorf("Run now with a new key: the page shows %q", text(result))
 	}
 }

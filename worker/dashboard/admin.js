@@ -1,6 +1,11 @@
 // The dashboard's admin buttons: each POSTs to /admin/jobs/{job}/{action}
 // with the token typed into the page, shows the answer, clears the note it
-// sent, and refreshes the page (refresh, below).
+// sent, and refreshes the page (refresh, below). A box's buttons wait for
+// its answer: a double click sends one request. Run now sends a key (an
+// idempotency key: a key runs once), kept until an answer says what became
+// of it: after no answer (a timeout, a lost connection) the run may have
+// started, and Run now asks again with the same key, reloads and all, so
+// that it runs once at most.
 // The page reloads itself every data-refresh seconds (5, or ?refresh=N; 0:
 // never). While an input is the active element or a note holds text, a
 // reload would lose what is being typed: the page is then refreshed in
@@ -12,29 +17,85 @@
   const token = document.getElementById('token');
   token.value = sessionStorage.getItem('slotcron-admin-token') || '';
   token.addEventListener('input', () => sessionStorage.setItem('slotcron-admin-token', token.value));
+  const every = Number(document.body.dataset.refresh);
+  // patience: how long an admin action, or a refresh in place, waits for
+  // its answer, body and all, before it gives up. Without it, a request the
+  // worker never answered (a hung connection, a proxy that drops it) would
+  // leave an action's "…" for good, or hold refreshing, and the page would
+  // stay stale for as long as the typing went on.
+  const patience = Math.max(10, 2 * every) * 1000;
+  // pendingKey: where a job's unanswered Run now keeps its key.
+  const pendingKey = (job) => 'slotcron-trigger-key:' + job;
+  // newKey: a random UUID (crypto.randomUUID needs https or localhost).
+  const newKey = () => {
+    const b = crypto.getRandomValues(new Uint8Array(16));
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    const h = [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
+    return [h.slice(0, 8), h.slice(8, 12), h.slice(12, 16), h.slice(16, 20), h.slice(20)].join('-');
+  };
+  const unanswered = 'Run now got no answer: it may have run. Run now asks again with the same key, which runs once at most';
+  let inFlight = 0; // answers awaited: the page is not reloaded meanwhile
+  document.querySelectorAll('.actions').forEach((box) => {
+    if (sessionStorage.getItem(pendingKey(box.dataset.job))) {
+      box.querySelector('.result').textContent = 'an earlier ' + unanswered;
+    }
+  });
   document.querySelectorAll('.actions button').forEach((button) => {
     button.addEventListener('click', async () => {
       const box = button.closest('.actions');
+      const buttons = box.querySelectorAll('button');
       const out = box.querySelector('.result');
-      out.textContent = '…';
+      const action = button.dataset.action;
       const body = new URLSearchParams({ note: box.querySelector('.note').value });
+      let retry = false;
+      if (action === 'trigger') {
+        const k = sessionStorage.getItem(pendingKey(box.dataset.job));
+        retry = k !== null;
+        body.set('key', k || newKey());
+        sessionStorage.setItem(pendingKey(box.dataset.job), body.get('key'));
+      }
+      // settled: the key's outcome is known (an answer, or a refusal that
+      // changed nothing); a new click takes a new key.
+      const settled = () => sessionStorage.removeItem(pendingKey(box.dataset.job));
+      buttons.forEach((b) => { b.disabled = true; });
+      out.textContent = '…';
+      inFlight++;
       try {
-        const r = await fetch('admin/jobs/' + encodeURIComponent(box.dataset.job) + '/' + button.dataset.action, {
+        const r = await fetch('admin/jobs/' + encodeURIComponent(box.dataset.job) + '/' + action, {
           method: 'POST', headers: { Authorization: 'Bearer ' + token.value }, body: body,
+          signal: AbortSignal.timeout(patience),
         });
         const text = await r.text();
         if (!r.ok) {
-          out.textContent = r.status + ': ' + text;
+          // 4xx: refused, nothing done: a new key's outcome is known (a
+          // key sent before stays, its first request unanswered). 5xx
+          // (Redis did not answer the worker, say): the run may have
+          // started, so the key stays.
+          if (r.status < 500 && !retry) settled();
+          out.textContent = r.status + ': ' + text +
+            (r.status >= 500 && action === 'trigger' ? ' (Run now asks again with the same key, which runs once at most)' : '');
           return;
         }
         const a = JSON.parse(text);
-        out.textContent = button.dataset.action === 'trigger'
-          ? 'manual slot ' + a.id + ': ' + a.outcome + ' on ' + a.replica + (a.holder ? ' (' + a.holder + ')' : '')
-          : a.action + (a.changed ? 'd' : ': no change');
+        settled();
+        if (action !== 'trigger') {
+          out.textContent = a.action + (a.changed ? 'd' : ': no change');
+        } else if (retry && a.outcome === 'lost') {
+          out.textContent = 'manual slot ' + a.id + ': ' + a.state + ' on ' + a.holder + ' (the key was sent before: it runs once)';
+        } else {
+          out.textContent = 'manual slot ' + a.id + ': ' + a.outcome + ' on ' + a.replica + (a.holder && a.holder !== a.replica ? ' (' + a.holder + ')' : '');
+        }
         box.querySelector('.note').value = ''; // sent: it goes with the action
         setTimeout(refresh, 1500);
       } catch (e) {
-        out.textContent = String(e);
+        const why = e.name === 'TimeoutError' ? 'in ' + patience / 1000 + 's' : '(' + e + ')';
+        out.textContent = action === 'trigger'
+          ? unanswered.replace('no answer', 'no answer ' + why)
+          : action + ' got no answer ' + why + ': it may have been done. Asking again is safe';
+      } finally {
+        inFlight--;
+        buttons.forEach((b) => { b.disabled = false; });
       }
     });
   });
@@ -81,22 +142,15 @@
     }
   };
   // refresh reloads the page, or refreshes it in place while an input is
-  // active or a note holds text (after an action too: a note typed for
-  // another job, or the token, stays).
+  // active, a note holds text or an action awaits its answer (after an
+  // action too: a note typed for another job, or the token, stays).
   function refresh() {
     const active = document.activeElement;
-    const typing = (active && active.tagName === 'INPUT') ||
+    const typing = (active && active.tagName === 'INPUT') || inFlight > 0 ||
       [...document.querySelectorAll('.actions .note')].some((n) => n.value !== '');
     if (typing) refreshInPlace();
     else location.reload();
   }
-  const every = Number(document.body.dataset.refresh);
-  // patience: how long a refresh in place waits for the page, body and
-  // all, before it gives up (the next tick tries again). Without it, a
-  // request the worker never answered (a hung connection, a proxy that
-  // drops it) would hold refreshing, and the page would stay stale for as
-  // long as the typing went on.
-  const patience = Math.max(10, 2 * every) * 1000;
   let refreshing = false;
   const refreshInPlace = async () => {
     if (refreshing) return;
