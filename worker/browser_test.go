@@ -193,8 +193,9 @@ jobs:
 	}}
 	// keys gets the key of each Run now that reaches the proxy; with
 	// loseAnswer set, the worker gets the request, and runs it, but its
-	// answer is lost.
-	var loseAnswer atomic.Bool
+	// answer is lost; with gatewayTimeout set, the proxy answers 504
+	// instead of the worker's answer.
+	var loseAnswer, gatewayTimeout atomic.Bool
 	keys := make(chan string, 16)
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && r.URL.Path == "/" && hang.CompareAndSwap(true, false) {
@@ -216,6 +217,11 @@ jobs:
 				case <-r.Context().Done():
 				case <-release:
 				}
+				return
+			}
+			if gatewayTimeout.Load() {
+				rp.ServeHTTP(httptest.NewRecorder(), r)
+				http.Error(w, "the worker did not answer in time", http.StatusGatewayTimeout)
 				return
 			}
 		}
@@ -402,5 +408,23 @@ jobs:
 	}
 	if !until(15*time.Second, result+` === 'manual slot `+next+`: won on web-b'`) {
 		t.Errorf("Run now with a new key: the page shows %q", text(result))
+	}
+	// A 504 from the proxy, which passed the click on: the run may have
+	// started, so the key stays, and asking again runs nothing more.
+	gatewayTimeout.Store(true)
+	third := click()
+	if third == next || slot.CheckManualID(third) != nil {
+		t.Errorf("Run now after an answer sent the key %q (the one before: %q)", third, next)
+	}
+	if !until(15*time.Second, result+`.startsWith('504: the worker did not answer in time')`) ||
+		!strings.Contains(text(result), "Run now asks again with the same key") {
+		t.Errorf("Run now answered 504: the page shows %q", text(result))
+	}
+	gatewayTimeout.Store(false)
+	if again := click(); again != third {
+		t.Errorf("Run now after a 504 sent the key %q, want the same key %q", again, third)
+	}
+	if !until(15*time.Second, result+`.startsWith('manual slot `+third+`: ')`) || !strings.Contains(text(result), "the key was sent before") {
+		t.Errorf("Run now asked again after a 504: the page shows %q", text(result))
 	}
 }
