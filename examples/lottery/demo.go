@@ -146,13 +146,20 @@ func demo(o options) int {
 		return err == nil && ok && rec.State == slot.StateRunning
 	}
 	seen, done := collect(interrupted, reports, slots, min(o.replicas, 1+scheduler.Hedgers), o.replicas, running, l, col, layout)
-	stopReplicas(kids) // they flush their spans as they stop
+	failed := stopReplicas(kids) // they flush their spans as they stop
+	for _, err := range failed {
+		fmt.Fprintln(os.Stderr, "lottery:", err)
+	}
 	if done < len(slots) {
 		fmt.Fprintf(os.Stderr, "lottery: interrupted after %d of %d slots: the replicas have stopped\n", done, len(slots))
 		return 130
 	}
 
 	code := verdict(ctx, rdb, l, o.prefix, slots, seen, layout)
+	if len(failed) > 0 {
+		fmt.Printf("%s of %d did not end well (above)\n", count(len(failed), "replica"), o.replicas)
+		code = max(code, 1)
+	}
 	if o.jaeger != "" && !showTraces(interrupted, jaegerUI(o.jaeger), o.prefix, slots) {
 		code = max(code, 1)
 	}
@@ -160,9 +167,11 @@ func demo(o options) int {
 }
 
 type kid struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	done  chan struct{}
+	id      string
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	done    chan struct{}
+	stopped bool
 }
 
 func startReplicas(o options, reports chan<- report) ([]*kid, error) {
@@ -192,7 +201,7 @@ func startReplicas(o options, reports chan<- report) ([]*kid, error) {
 		if err := cmd.Start(); err != nil {
 			return kids, fmt.Errorf("start replica %d: %w", i, err)
 		}
-		k := &kid{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		k := &kid{id: fmt.Sprintf("replica-%d", i), cmd: cmd, stdin: stdin, done: make(chan struct{})}
 		kids = append(kids, k)
 		go func() {
 			defer close(k.done)
@@ -209,24 +218,40 @@ func startReplicas(o options, reports chan<- report) ([]*kid, error) {
 }
 
 // stopReplicas closes their stdin (they stop gracefully) and waits; a
-// replica that does not stop within 15s is killed.
-func stopReplicas(kids []*kid) {
+// replica that does not stop within stopWithin is killed. It returns what
+// went wrong with each replica: an exit status other than 0 (a crash, or a
+// race report when race-built: 66), or a kill. A second call does nothing.
+func stopReplicas(kids []*kid) []error {
 	for _, k := range kids {
 		if k.stdin != nil {
 			k.stdin.Close()
 			k.stdin = nil
 		}
 	}
+	var errs []error
 	for _, k := range kids {
+		if k.stopped {
+			continue
+		}
+		k.stopped = true
 		select {
 		case <-k.done:
-		case <-time.After(15 * time.Second):
+		case <-time.After(stopWithin):
 			k.cmd.Process.Kill()
 			<-k.done
+			k.cmd.Wait()
+			errs = append(errs, fmt.Errorf("%s did not stop within %v of its stdin's close: killed", k.id, stopWithin))
+			continue
 		}
-		k.cmd.Wait()
+		if err := k.cmd.Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", k.id, err))
+		}
 	}
+	return errs
 }
+
+// stopWithin is how long stopReplicas waits for a replica to stop.
+var stopWithin = 15 * time.Second
 
 func awaitReady(ctx context.Context, reports <-chan report, n int, within time.Duration) error {
 	deadline := time.After(within)

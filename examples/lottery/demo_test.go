@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -69,5 +71,54 @@ func TestSlotComplete(t *testing.T) {
 		if reads > 0 && (tc.won || tc.since <= straggle || tc.reports < n) {
 			t.Errorf("%v after the slot, won %v, %d reports: read the record, which only a slot past straggle with n reports and no winner needs", tc.since, tc.won, tc.reports)
 		}
+	}
+}
+
+// startKid starts script under sh as a replica named id, its stdin and
+// stdout piped as the demo's replicas' are.
+func startKid(t *testing.T, id, script string) *kid {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	k := &kid{id: id, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	go func() {
+		defer close(k.done)
+		io.Copy(io.Discard, stdout)
+	}()
+	return k
+}
+
+// TestStopReplicasReportsABadEnd: a replica that exits with an error (a
+// crash; a race report, when race-built, exits 66) is reported, not waited
+// for in silence; one that stops well is not.
+func TestStopReplicasReportsABadEnd(t *testing.T) {
+	kids := []*kid{startKid(t, "replica-1", "cat >/dev/null"), startKid(t, "replica-2", "cat >/dev/null; exit 66")}
+	errs := stopReplicas(kids)
+	if len(errs) != 1 || errs[0].Error() != "replica-2: exit status 66" {
+		t.Errorf("stopReplicas: %v, want replica-2's exit status 66 alone", errs)
+	}
+	if errs := stopReplicas(kids); errs != nil {
+		t.Errorf("stopReplicas again: %v, want nothing", errs)
+	}
+}
+
+// TestStopReplicasKillsOneThatDoesNotStop: a replica still running
+// stopWithin after its stdin closed is killed, and reported.
+func TestStopReplicasKillsOneThatDoesNotStop(t *testing.T) {
+	defer func(d time.Duration) { stopWithin = d }(stopWithin)
+	stopWithin = 100 * time.Millisecond
+	errs := stopReplicas([]*kid{startKid(t, "replica-1", "exec sleep 600")})
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "replica-1 did not stop within 100ms of its stdin's close: killed") {
+		t.Errorf("stopReplicas: %v, want replica-1 killed", errs)
 	}
 }
