@@ -44,8 +44,11 @@ func browserPath(t *testing.T) string {
 // TestDashboardInABrowser loads the dashboard of three replicas, running
 // against a real Redis, in headless Chromium, and checks what a person
 // would: the job's row and its schedule in words, a done slot naming the
-// replica that ran it, the three replicas. Then, with the admin token typed
-// in, it clicks Run now and sees the manual run appear, done, in the slots.
+// replica that ran it, the three replicas. It types into the page while it
+// refreshes itself, and sees what was typed stay. Then, with the admin
+// token typed in, it clicks Run now and sees the manual run appear, done, in
+// the slots. Last, behind a proxy that loses Run now's answers, it checks
+// that Run now's key makes asking again safe.
 func TestDashboardInABrowser(t *testing.T) {
 	chrome := browserPath(t)
 	srv := redistest.StartOwned(t)
@@ -56,11 +59,18 @@ shutdown_grace: 1s
 jobs:
   - name: tick
     schedule: "*/2 * * * * *"
+  - name: rare # once a year: its manual slots find no scheduled run holding it
+    schedule: "0 0 0 1 1 *"
 `, srv.Addr()))
 	register := func(reg *jobs.Registry, env Env) error {
-		return reg.Register("tick", func(ctx context.Context, run jobs.Run) error {
-			return jobs.SetResult(ctx, "ticked by "+run.Replica)
-		})
+		for _, name := range []string{"tick", "rare"} {
+			if err := reg.Register(name, func(ctx context.Context, run jobs.Run) error {
+				return jobs.SetResult(ctx, "ticked by "+run.Replica)
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	t.Setenv(AdminTokenEnv, "s3cret")
 	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
@@ -313,16 +323,23 @@ jobs:
 	}
 
 	// Run now behind the proxy, which passes the request on (the worker
-	// runs it) and loses the answer. A double click sends one request, with
-	// a key; the page keeps still while it waits (a reload would drop the
-	// answer), then says that the run may have started, and keeps the key,
-	// reloads and all: Run now asks again with it, and the slot runs once.
+	// runs it) and loses the answer, for the job rare. A double click sends
+	// one request, with a key; the page keeps still while it waits (a reload
+	// would drop the answer), then says that the run may have started, and
+	// keeps the key, reloads and all: Run now asks again with it, and the
+	// slot runs once.
 	store, err := slotstore.New(srv.Client(), "br")
 	if err != nil {
 		t.Fatal(err)
 	}
+	const box = `document.querySelector('.actions[data-job="rare"]')`
+	result := box + `.querySelector('.result').textContent`
+	drain := func() {
+		for len(keys) > 0 {
+			<-keys
+		}
+	}
 	loseAnswer.Store(true)
-	result := `document.querySelector('.actions .result').textContent`
 	var k string
 	for try := 0; ; try++ {
 		if try == 3 {
@@ -331,9 +348,10 @@ jobs:
 		if err := chromedp.Do(ctx, chromedp.Navigate(proxy.URL+"/?refresh=1"), chromedp.WaitVisible(chromedp.CSS(`.actions .note`))); err != nil {
 			t.Fatalf("loading the dashboard behind the proxy: %v", err)
 		}
+		drain()
 		disabled, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.slotcronMark = 3;
 			document.getElementById('token').value = 's3cret'; sessionStorage.setItem('slotcron-admin-token', 's3cret');
-			{ const b = document.querySelector('.actions button[data-action="trigger"]'); b.click(); b.click(); b.disabled }`))
+			{ const b = `+box+`.querySelector('button[data-action="trigger"]'); b.click(); b.click(); b.disabled }`))
 		if err != nil {
 			continue // a reload ended the evaluation
 		}
@@ -356,35 +374,43 @@ jobs:
 	if !until(time.Second, `window.slotcronMark === 3 && `+result+` === '…'`) {
 		t.Errorf("while Run now awaited its answer, the page reloaded (it shows %q)", text(result))
 	}
-	if k == "" || slot.CheckManualID(k) != nil {
+	if slot.CheckManualID(k) != nil {
 		t.Errorf("Run now sent the key %q", k)
 	}
 	// It gives up after 10s (the bound only guards against a hang), and
 	// the page then reloads: its message, or the reloaded page's, says so.
-	if !until(30*time.Second, result+`.includes('Run now got no answer') && `+result+`.includes('it may have run. Run now asks again with the same key')`) {
+	const askAgain = "it may have run. Run now asks again with the same key, which runs once at most"
+	if !until(30*time.Second, `(`+result+`.startsWith('Run now got no answer in 10s: ') || `+result+`.startsWith('an earlier Run now did not learn its outcome: ')) && `+
+		result+`.endsWith('`+askAgain+`')`) {
 		t.Fatalf("Run now, its answer lost: the page shows %q after 30s", text(result))
 	}
 	if len(keys) != 0 {
 		t.Errorf("a double click on Run now sent a second request, with key %q", <-keys)
 	}
 	waitFor(t, 20*time.Second, func() bool {
-		rec, ok, _ := store.ManualRecord(context.Background(), "tick", k)
+		rec, ok, _ := store.ManualRecord(context.Background(), "rare", k)
 		return ok && rec.State == slot.StateDone
 	})
 	loseAnswer.Store(false)
 	if err := chromedp.Do(ctx, chromedp.Navigate(proxy.URL+"/?refresh=0"), chromedp.WaitVisible(chromedp.CSS(`.actions .note`))); err != nil {
 		t.Fatalf("loading the dashboard behind the proxy again: %v", err)
 	}
-	if got := text(result); !strings.HasPrefix(got, "an earlier Run now got no answer") {
+	if got := text(result); got != "an earlier Run now did not learn its outcome: "+askAgain {
 		t.Errorf("reloaded after Run now's answer was lost, the page shows %q", got)
 	}
-	// click clicks Run now with the note active: the refresh after the
-	// answer is then in place, and the answer stays on the page.
-	click := func() string {
+	// press clicks one of rare's buttons with the note active (the refresh
+	// after an answer is then in place, and the answer stays on the page),
+	// and returns the key of the Run now that reached the proxy ("" for
+	// another action).
+	press := func(action string) string {
 		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('.actions .note').focus();
-			document.querySelector('.actions button[data-action="trigger"]').click(); true`)); err != nil {
-			t.Fatalf("Run now: %v", err)
+		drain()
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](box+`.querySelector('.note').focus(); `+
+			box+`.querySelector('button[data-action="`+action+`"]').click(); true`)); err != nil {
+			t.Fatalf("%s: %v", action, err)
+		}
+		if action != "trigger" {
+			return ""
 		}
 		select {
 		case key := <-keys:
@@ -394,37 +420,68 @@ jobs:
 			return ""
 		}
 	}
-	if again := click(); again != k {
-		t.Errorf("Run now after a lost answer sent the key %q, want the same key %q", again, k)
+	shows := func(what, want string) {
+		t.Helper()
+		if !until(15*time.Second, result+` === `+strconv.Quote(want)) {
+			t.Errorf("%s: the page shows %q, want %q", what, text(result), want)
+		}
 	}
-	if !until(15*time.Second, result+`.startsWith('manual slot ')`) ||
-		!strings.HasPrefix(text(result), "manual slot "+k+": done on web-") || !strings.Contains(text(result), "the key was sent before") {
-		t.Errorf("Run now asked again with its key: the page shows %q", text(result))
+	setToken := func(tok string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('token').value = '`+tok+`'; true`)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// Answered, the key is settled: the next Run now is a new slot.
-	next := click()
-	if next == k || slot.CheckManualID(next) != nil {
-		t.Errorf("Run now after an answer sent the key %q (the one before: %q)", next, k)
+	// A pause answered in between leaves the key as it is.
+	press("pause")
+	shows("Pause", "paused")
+	if _, err := store.Resume(context.Background(), "rare"); err != nil {
+		t.Fatal(err)
 	}
-	if !until(15*time.Second, result+` === 'manual slot `+next+`: won on web-b'`) {
-		t.Errorf("Run now with a new key: the page shows %q", text(result))
+	if again := press("trigger"); again != k {
+		t.Errorf("Run now after a lost answer (and a pause) sent the key %q, want the same key %q", again, k)
 	}
+	shows("Run now asked again with its key", "manual slot "+k+": done on web-b (the key was sent before: it runs once)")
+
+	// Answered, the key is settled: the next Run now is a new slot. So is
+	// the one after a refusal of a new key (401: nothing was done).
+	setToken("wrong")
+	refused := press("trigger")
+	if refused == k || slot.CheckManualID(refused) != nil {
+		t.Errorf("Run now after an answer sent the key %q (the one before: %q)", refused, k)
+	}
+	if !until(15*time.Second, result+`.startsWith('401: ')`) {
+		t.Errorf("Run now with a wrong token: the page shows %q", text(result))
+	}
+	setToken("s3cret")
+	next := press("trigger")
+	if next == refused || next == k || slot.CheckManualID(next) != nil {
+		t.Errorf("Run now after a 401 for a new key sent the key %q (the ones before: %q, %q)", next, refused, k)
+	}
+	shows("Run now with a new key", "manual slot "+next+": won on web-b")
+
 	// A 504 from the proxy, which passed the click on: the run may have
-	// started, so the key stays, and asking again runs nothing more.
+	// started, so the key stays, through a 401 too (which says nothing of
+	// the earlier request), and asking again runs nothing more.
 	gatewayTimeout.Store(true)
-	third := click()
+	third := press("trigger")
 	if third == next || slot.CheckManualID(third) != nil {
 		t.Errorf("Run now after an answer sent the key %q (the one before: %q)", third, next)
 	}
-	if !until(15*time.Second, result+`.startsWith('504: the worker did not answer in time')`) ||
-		!strings.Contains(text(result), "Run now asks again with the same key") {
-		t.Errorf("Run now answered 504: the page shows %q", text(result))
-	}
+	shows("Run now answered 504", "504: the worker did not answer in time\n ("+askAgain+")")
 	gatewayTimeout.Store(false)
-	if again := click(); again != third {
+	setToken("wrong")
+	if again := press("trigger"); again != third {
 		t.Errorf("Run now after a 504 sent the key %q, want the same key %q", again, third)
 	}
-	if !until(15*time.Second, result+`.startsWith('manual slot `+third+`: ')`) || !strings.Contains(text(result), "the key was sent before") {
+	if !until(15*time.Second, result+`.startsWith('401: ')`) {
+		t.Errorf("Run now with a wrong token: the page shows %q", text(result))
+	}
+	setToken("s3cret")
+	if again := press("trigger"); again != third {
+		t.Errorf("Run now after a 504 and a 401 sent the key %q, want the same key %q", again, third)
+	}
+	if !until(15*time.Second, result+`.startsWith('manual slot `+third+`: ')`) || !strings.HasSuffix(text(result), " on web-b (the key was sent before: it runs once)") {
 		t.Errorf("Run now asked again after a 504: the page shows %q", text(result))
 	}
 }

@@ -25,7 +25,7 @@ git worktree add --detach "$work/tree" HEAD >/dev/null
 cp "$list" "$work/mutants.tsv" # read from a copy: an edit of the list mid-run does not shift it
 cd "$work/tree"
 unset REDIS_ADDR # each package's tests start their own Redis (internal/redistest)
-packages=(./internal/validity ./slotstore ./scheduler ./locking ./worker)
+packages=(./internal/validity ./slotstore ./scheduler ./locking ./worker ./examples/lottery)
 
 # The tests must pass unmutated first: a failure that has nothing to do with a mutant (a
 # missing Chromium or Docker for ./worker, a flaky test) would otherwise count as a kill.

@@ -1,11 +1,12 @@
 // The dashboard's admin buttons: each POSTs to /admin/jobs/{job}/{action}
 // with the token typed into the page, shows the answer, clears the note it
 // sent, and refreshes the page (refresh, below). A box's buttons wait for
-// its answer: a double click sends one request. Run now sends a key (an
+// their answer: a double click sends one request. Run now sends a key (an
 // idempotency key: a key runs once), kept until an answer says what became
-// of it: after no answer (a timeout, a lost connection) the run may have
-// started, and Run now asks again with the same key, reloads and all, so
-// that it runs once at most.
+// of it: after no answer (a timeout, a lost connection) or a 5xx the run
+// may have started, and Run now asks again with the same key, reloads and
+// all, so that it runs once at most (while the key's record is kept: the
+// job's retention).
 // The page reloads itself every data-refresh seconds (5, or ?refresh=N; 0:
 // never). While an input is the active element or a note holds text, a
 // reload would lose what is being typed: the page is then refreshed in
@@ -18,14 +19,18 @@
   token.value = sessionStorage.getItem('slotcron-admin-token') || '';
   token.addEventListener('input', () => sessionStorage.setItem('slotcron-admin-token', token.value));
   const every = Number(document.body.dataset.refresh);
-  // patience: how long an admin action, or a refresh in place, waits for
-  // its answer, body and all, before it gives up. Without it, a request the
-  // worker never answered (a hung connection, a proxy that drops it) would
-  // leave an action's "…" for good, or hold refreshing, and the page would
-  // stay stale for as long as the typing went on.
+  // patience: how long a refresh in place waits for the page, body and
+  // all, before it gives up (the next tick tries again). Without it, a
+  // request the worker never answered (a hung connection, a proxy that
+  // drops it) would hold refreshing, and the page would stay stale for as
+  // long as the typing went on.
   const patience = Math.max(10, 2 * every) * 1000;
-  // pendingKey: where a job's unanswered Run now keeps its key.
-  const pendingKey = (job) => 'slotcron-trigger-key:' + job;
+  // answerWithin: how long an action waits for its answer (the worker
+  // bounds its own work to 5s), before it says that it got none.
+  const answerWithin = 10000;
+  // pendingKey: where a job's Run now keeps its key until its outcome is
+  // known (per page path too: two dashboards on one origin keep apart).
+  const pendingKey = (job) => 'slotcron-trigger-key:' + location.pathname + ':' + job;
   // newKey: a random UUID (crypto.randomUUID needs https or localhost).
   const newKey = () => {
     const b = crypto.getRandomValues(new Uint8Array(16));
@@ -34,11 +39,11 @@
     const h = [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
     return [h.slice(0, 8), h.slice(8, 12), h.slice(12, 16), h.slice(16, 20), h.slice(20)].join('-');
   };
-  const unanswered = 'Run now got no answer: it may have run. Run now asks again with the same key, which runs once at most';
+  const askAgain = 'it may have run. Run now asks again with the same key, which runs once at most';
   let inFlight = 0; // answers awaited: the page is not reloaded meanwhile
   document.querySelectorAll('.actions').forEach((box) => {
     if (sessionStorage.getItem(pendingKey(box.dataset.job))) {
-      box.querySelector('.result').textContent = 'an earlier ' + unanswered;
+      box.querySelector('.result').textContent = 'an earlier Run now did not learn its outcome: ' + askAgain;
     }
   });
   document.querySelectorAll('.actions button').forEach((button) => {
@@ -48,51 +53,56 @@
       const out = box.querySelector('.result');
       const action = button.dataset.action;
       const body = new URLSearchParams({ note: box.querySelector('.note').value });
+      // retry: Run now sends the key of an earlier one whose outcome is
+      // not known. settled: the key's outcome is now known; the next Run
+      // now takes a new key. (Pause and Resume leave the key alone.)
       let retry = false;
+      let settled = () => {};
       if (action === 'trigger') {
         const k = sessionStorage.getItem(pendingKey(box.dataset.job));
         retry = k !== null;
         body.set('key', k || newKey());
         sessionStorage.setItem(pendingKey(box.dataset.job), body.get('key'));
+        settled = () => sessionStorage.removeItem(pendingKey(box.dataset.job));
       }
-      // settled: the key's outcome is known (an answer, or a refusal that
-      // changed nothing); a new click takes a new key.
-      const settled = () => sessionStorage.removeItem(pendingKey(box.dataset.job));
       buttons.forEach((b) => { b.disabled = true; });
       out.textContent = '…';
       inFlight++;
       try {
         const r = await fetch('admin/jobs/' + encodeURIComponent(box.dataset.job) + '/' + action, {
           method: 'POST', headers: { Authorization: 'Bearer ' + token.value }, body: body,
-          signal: AbortSignal.timeout(patience),
+          signal: AbortSignal.timeout(answerWithin),
         });
         const text = await r.text();
         if (!r.ok) {
-          // 4xx: refused, nothing done: a new key's outcome is known (a
-          // key sent before stays, its first request unanswered). 5xx
+          // 4xx: refused, nothing done, so a new key's outcome is known (a
+          // key sent before stays: its earlier request's is not). 5xx
           // (Redis did not answer the worker, say): the run may have
           // started, so the key stays.
           if (r.status < 500 && !retry) settled();
-          out.textContent = r.status + ': ' + text +
-            (r.status >= 500 && action === 'trigger' ? ' (Run now asks again with the same key, which runs once at most)' : '');
+          out.textContent = r.status + ': ' + text + (r.status >= 500 && action === 'trigger' ? ' (' + askAgain + ')' : '');
           return;
         }
         const a = JSON.parse(text);
         settled();
+        const on = (who) => (who ? ' on ' + who : '');
         if (action !== 'trigger') {
           out.textContent = a.action + (a.changed ? 'd' : ': no change');
+        } else if (retry && a.outcome === 'lost' && (a.state === 'done' || a.state === 'running')) {
+          out.textContent = 'manual slot ' + a.id + ': ' + a.state + on(a.holder) + ' (the key was sent before: it runs once)';
         } else if (retry && a.outcome === 'lost') {
-          out.textContent = 'manual slot ' + a.id + ': ' + a.state + ' on ' + a.holder + ' (the key was sent before: it runs once)';
+          out.textContent = 'manual slot ' + a.id + ': ' + a.state + on(a.holder) + ' (the key was sent before, and did not run: Run now again takes a new key)';
         } else {
-          out.textContent = 'manual slot ' + a.id + ': ' + a.outcome + ' on ' + a.replica + (a.holder && a.holder !== a.replica ? ' (' + a.holder + ')' : '');
+          out.textContent = 'manual slot ' + a.id + ': ' + a.outcome + on(a.replica) + (a.holder && a.holder !== a.replica ? ' (' + a.holder + ')' : '');
         }
         box.querySelector('.note').value = ''; // sent: it goes with the action
         setTimeout(refresh, 1500);
       } catch (e) {
-        const why = e.name === 'TimeoutError' ? 'in ' + patience / 1000 + 's' : '(' + e + ')';
+        const why = e.name === 'TimeoutError' ? 'no answer in ' + answerWithin / 1000 + 's'
+          : e.name === 'SyntaxError' ? 'no readable answer (' + e.message + ')' : 'no answer (' + e + ')';
         out.textContent = action === 'trigger'
-          ? unanswered.replace('no answer', 'no answer ' + why)
-          : action + ' got no answer ' + why + ': it may have been done. Asking again is safe';
+          ? 'Run now got ' + why + ': ' + askAgain
+          : action + ' got ' + why + ': it may have been done. Asking again is safe';
       } finally {
         inFlight--;
         buttons.forEach((b) => { b.disabled = false; });
