@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -92,7 +93,11 @@ func demo(o options) int {
 	}
 	reports := make(chan report, 100)
 	kids, err := startReplicas(o, reports)
-	defer stopReplicas(kids)
+	defer func() { // on the returns before the replicas are stopped below
+		for _, err := range stopReplicas(kids) {
+			fmt.Fprintln(os.Stderr, "lottery:", err)
+		}
+	}()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
 		return 1
@@ -166,12 +171,48 @@ func demo(o options) int {
 	return code
 }
 
+// kid is a replica's process. Its reader passes the replica's reports on
+// until the replica is told to stop, and drops them after (nothing reads
+// them then): a full channel must not stop the reader, and with it the
+// replica, which would block on its stdout.
 type kid struct {
-	id      string
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	done    chan struct{}
-	stopped bool
+	id       string
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	stopping chan struct{} // closed by stopReplicas
+	done     chan struct{} // closed when the reader has read stdout to its end
+	stopped  bool
+}
+
+// newKid starts cmd as the replica id, its stdout's reports sent on
+// reports.
+func newKid(id string, cmd *exec.Cmd, reports chan<- report) (*kid, error) {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", id, err)
+	}
+	k := &kid{id: id, cmd: cmd, stdin: stdin, stopping: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(k.done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var r report
+			if json.Unmarshal(sc.Bytes(), &r) == nil {
+				select {
+				case reports <- r:
+				case <-k.stopping:
+				}
+			}
+		}
+	}()
+	return k, nil
 }
 
 func startReplicas(o options, reports chan<- report) ([]*kid, error) {
@@ -181,7 +222,8 @@ func startReplicas(o options, reports chan<- report) ([]*kid, error) {
 	}
 	var kids []*kid
 	for i := 1; i <= o.replicas; i++ {
-		args := []string{"-role", "replica", "-replica-id", fmt.Sprintf("replica-%d", i), "-redis", o.redis, "-schedule", o.schedule, "-prefix", o.prefix}
+		id := fmt.Sprintf("replica-%d", i)
+		args := []string{"-role", "replica", "-replica-id", id, "-redis", o.redis, "-schedule", o.schedule, "-prefix", o.prefix}
 		if o.jaeger != "" {
 			args = append(args, "-jaeger", o.jaeger)
 		}
@@ -190,45 +232,30 @@ func startReplicas(o options, reports chan<- report) ([]*kid, error) {
 		}
 		cmd := exec.Command(exe, args...)
 		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
+		k, err := newKid(id, cmd, reports)
 		if err != nil {
 			return kids, err
 		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return kids, err
-		}
-		if err := cmd.Start(); err != nil {
-			return kids, fmt.Errorf("start replica %d: %w", i, err)
-		}
-		k := &kid{id: fmt.Sprintf("replica-%d", i), cmd: cmd, stdin: stdin, done: make(chan struct{})}
 		kids = append(kids, k)
-		go func() {
-			defer close(k.done)
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				var r report
-				if json.Unmarshal(sc.Bytes(), &r) == nil {
-					reports <- r
-				}
-			}
-		}()
 	}
 	return kids, nil
 }
 
-// stopReplicas closes their stdin (they stop gracefully) and waits; a
-// replica that does not stop within stopWithin is killed. It returns what
-// went wrong with each replica: an exit status other than 0 (a crash, or a
-// race report when race-built: 66), or a kill. A second call does nothing.
+// stopReplicas closes their stdin (they stop gracefully) and waits; the
+// replicas that have not stopped within stopWithin are killed. It returns
+// what went wrong with each replica: an exit status other than 0 (a crash,
+// or a race report when race-built: 66), or a kill. A second call does
+// nothing.
 func stopReplicas(kids []*kid) []error {
 	for _, k := range kids {
 		if k.stdin != nil {
 			k.stdin.Close()
 			k.stdin = nil
+			close(k.stopping)
 		}
 	}
 	var errs []error
+	deadline := time.After(stopWithin) // one for all: they were all told at once
 	for _, k := range kids {
 		if k.stopped {
 			continue
@@ -236,19 +263,29 @@ func stopReplicas(kids []*kid) []error {
 		k.stopped = true
 		select {
 		case <-k.done:
-		case <-time.After(stopWithin):
-			k.cmd.Process.Kill()
-			<-k.done
-			k.cmd.Wait()
-			errs = append(errs, fmt.Errorf("%s did not stop within %v of its stdin's close: killed", k.id, stopWithin))
-			continue
+		case <-deadline:
+			deadline = closed // the next replica's wait has run out too
+			if err := k.cmd.Process.Kill(); !errors.Is(err, os.ErrProcessDone) {
+				<-k.done // the kill closed its stdout
+				k.cmd.Wait()
+				errs = append(errs, fmt.Errorf("%s did not stop within %v of its stdin's close: killed", k.id, stopWithin))
+				continue
+			}
+			<-k.done // it exited just now
 		}
 		if err := k.cmd.Wait(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %v", k.id, err))
+			errs = append(errs, fmt.Errorf("%s: %w", k.id, err))
 		}
 	}
 	return errs
 }
+
+// closed is a closed channel: a deadline that has passed.
+var closed = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
 
 // stopWithin is how long stopReplicas waits for a replica to stop.
 var stopWithin = 15 * time.Second

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os/exec"
 	"strings"
 	"testing"
@@ -74,27 +73,15 @@ func TestSlotComplete(t *testing.T) {
 	}
 }
 
-// startKid starts script under sh as a replica named id, its stdin and
-// stdout piped as the demo's replicas' are.
-func startKid(t *testing.T, id, script string) *kid {
+// startKid starts script under sh as the replica id, as the demo starts
+// its replicas, its reports sent on reports (nil: a channel nobody reads).
+func startKid(t *testing.T, id, script string, reports chan report) *kid {
 	t.Helper()
-	cmd := exec.Command("sh", "-c", script)
-	stdin, err := cmd.StdinPipe()
+	k, err := newKid(id, exec.Command("sh", "-c", script), reports)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	k := &kid{id: id, cmd: cmd, stdin: stdin, done: make(chan struct{})}
-	go func() {
-		defer close(k.done)
-		io.Copy(io.Discard, stdout)
-	}()
+	t.Cleanup(func() { k.cmd.Process.Kill() })
 	return k
 }
 
@@ -102,7 +89,7 @@ func startKid(t *testing.T, id, script string) *kid {
 // crash; a race report, when race-built, exits 66) is reported, not waited
 // for in silence; one that stops well is not.
 func TestStopReplicasReportsABadEnd(t *testing.T) {
-	kids := []*kid{startKid(t, "replica-1", "cat >/dev/null"), startKid(t, "replica-2", "cat >/dev/null; exit 66")}
+	kids := []*kid{startKid(t, "replica-1", "cat >/dev/null", nil), startKid(t, "replica-2", "cat >/dev/null; exit 66", nil)}
 	errs := stopReplicas(kids)
 	if len(errs) != 1 || errs[0].Error() != "replica-2: exit status 66" {
 		t.Errorf("stopReplicas: %v, want replica-2's exit status 66 alone", errs)
@@ -117,8 +104,26 @@ func TestStopReplicasReportsABadEnd(t *testing.T) {
 func TestStopReplicasKillsOneThatDoesNotStop(t *testing.T) {
 	defer func(d time.Duration) { stopWithin = d }(stopWithin)
 	stopWithin = 100 * time.Millisecond
-	errs := stopReplicas([]*kid{startKid(t, "replica-1", "exec sleep 600")})
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "replica-1 did not stop within 100ms of its stdin's close: killed") {
-		t.Errorf("stopReplicas: %v, want replica-1 killed", errs)
+	errs := stopReplicas([]*kid{startKid(t, "replica-1", "exec sleep 600", nil), startKid(t, "replica-2", "exec sleep 600", nil)})
+	if len(errs) != 2 || errs[0].Error() != "replica-1 did not stop within 100ms of its stdin's close: killed" ||
+		errs[1].Error() != "replica-2 did not stop within 100ms of its stdin's close: killed" {
+		t.Errorf("stopReplicas: %v, want both killed", errs)
+	}
+}
+
+// TestStopReplicasWithReportsUnread: a replica whose reports nobody reads
+// any more (the demo has counted its slots) still stops: its reader drops
+// them, rather than block, and the replica with it on a full pipe.
+func TestStopReplicasWithReportsUnread(t *testing.T) {
+	k := startKid(t, "replica-1", `echo '{"event":"ready"}'; echo '{"event":"ready"}'; cat >/dev/null`, make(chan report))
+	stopped := make(chan []error)
+	go func() { stopped <- stopReplicas([]*kid{k}) }()
+	select {
+	case errs := <-stopped:
+		if errs != nil {
+			t.Errorf("stopReplicas: %v", errs)
+		}
+	case <-time.After(10 * time.Second): // it stops at once; stopWithin is 15s
+		t.Fatal("stopReplicas did not return within 10s: the reader is stuck on a report")
 	}
 }
