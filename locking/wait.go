@@ -69,6 +69,12 @@ func (c *Client) finish(ctx context.Context, l *Lease, err error, o options, und
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return nil, ctxErr
 	}
+	// A command cut off by the deadline (go-redis sets its connection's
+	// deadline from ctx's) fails with an i/o timeout, which can come before
+	// ctx's own timer marks it done: the caller's deadline is still why.
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return nil, context.DeadlineExceeded
+	}
 	return nil, err
 }
 
