@@ -112,14 +112,14 @@ func demo(o options) int {
 	// the next slot skipped (overlap: skip). The demo's slots start once no
 	// run holds the job, and the participants were seeded above, so no
 	// draw does more than the others.
-	if err := awaitFreeJob(interrupted, rdb, o.prefix, 30*time.Second); err != nil {
+	first, err := firstFreeSlot(interrupted, rdb, o.prefix, sched, 30*time.Second)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
 		return exitCode(interrupted)
 	}
-	var slots []time.Time
-	for t := time.Now(); len(slots) < o.slots; {
-		t = sched.Next(t)
-		slots = append(slots, t)
+	slots := []time.Time{first}
+	for len(slots) < o.slots {
+		slots = append(slots, sched.Next(slots[len(slots)-1]))
 	}
 	l := lottery.New(rdb, o.prefix)
 	layout := time.TimeOnly
@@ -513,26 +513,68 @@ func verdict(ctx context.Context, rdb redis.UniversalClient, l *lottery.Lottery,
 	return 0
 }
 
-// awaitFreeJob waits until no run holds the lottery's lease.
-func awaitFreeJob(ctx context.Context, rdb redis.UniversalClient, prefix string, within time.Duration) error {
+// firstFreeSlot waits until no run holds the job, and returns the first
+// slot after that before which no earlier slot's draw holds the job. A draw
+// of the slot before may start after the job was seen free: when the next
+// slot is near (nearSlot), it looks again lookBefore ahead of it, by when
+// that draw has started, and moves on a slot while it holds the job (on a
+// busy machine a draw can outlast the interval, and the slot would be
+// skipped). The slot's own claim, sent ahead of it, may hold the job then:
+// that one is no reason to move on.
+func firstFreeSlot(ctx context.Context, rdb redis.UniversalClient, prefix string, sched scheduler.Schedule, within time.Duration) (time.Time, error) {
 	store, err := slotstore.New(rdb, prefix)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	deadline := time.Now().Add(within)
-	for {
+	// heldBefore reports whether the draw of a slot before t holds the job.
+	heldBefore := func(t time.Time) (bool, error) {
 		holder, at, _, err := store.Holder(ctx, lottery.Name)
 		switch {
 		case err != nil:
-			return err
-		case holder == "":
-			return nil
+			return false, err
+		case holder == "" || !at.Before(t):
+			return false, nil
 		case time.Now().After(deadline):
-			return fmt.Errorf("the draw of slot %s on %s still holds the job after %v", at.Format(time.TimeOnly), holder, within)
+			return false, fmt.Errorf("the draw of slot %s on %s still holds the job after %v", at.Format(time.TimeOnly), holder, within)
+		}
+		return true, nil
+	}
+	for {
+		held, err := heldBefore(time.Now().Add(maxSlotAhead))
+		if err != nil {
+			return time.Time{}, err
+		}
+		if !held {
+			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	first := sched.Next(time.Now())
+	for time.Until(first) < nearSlot {
+		if wait := time.Until(first.Add(-lookBefore)); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return time.Time{}, ctx.Err()
+			}
+		}
+		held, err := heldBefore(first)
+		if err != nil || !held {
+			return first, err
+		}
+		first = sched.Next(first)
+	}
+	return first, nil
 }
+
+// nearSlot and lookBefore: see firstFreeSlot. maxSlotAhead bounds how far
+// ahead of its slot a claim goes out (the scheduler's is a second).
+const (
+	nearSlot     = 10 * time.Second
+	lookBefore   = 100 * time.Millisecond
+	maxSlotAhead = time.Second
+)
 
 // removeKeys deletes every key under prefix: the demo's, on a real Redis.
 func removeKeys(rdb redis.UniversalClient, prefix string) {
