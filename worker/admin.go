@@ -89,7 +89,7 @@ func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, s *sch
 			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 			defer cancel()
 			if action == "trigger" {
-				trigger(ctx, w, r, s, job)
+				trigger(ctx, w, r, s, store, job)
 				return
 			}
 			var changed bool
@@ -156,13 +156,15 @@ type triggerView struct {
 	Replica string    `json:"replica"` // the replica that answered
 	Holder  string    `json:"holder,omitempty"`
 	State   string    `json:"state,omitempty"`
-	RunID   string    `json:"run_id,omitempty"`
+	RunID   string    `json:"run_id,omitempty"` // won: this run's; lost: the record's, if it started
 	Reason  string    `json:"reason,omitempty"`
-	At      time.Time `json:"at"`
+	At      time.Time `json:"at"` // the manual slot's time: this request's, or (lost) the record's
 }
 
-// trigger asks this replica's scheduler for a manual slot of job.
-func trigger(ctx context.Context, w http.ResponseWriter, r *http.Request, s *scheduler.Scheduler, job string) {
+// trigger asks this replica's scheduler for a manual slot of job. A key
+// that has a record (lost) is answered with the record's run ID and time,
+// when it can be read.
+func trigger(ctx context.Context, w http.ResponseWriter, r *http.Request, s *scheduler.Scheduler, store *slotstore.Store, job string) {
 	m := slot.Manual{ID: r.FormValue("key"), Note: r.FormValue("note"), By: "http " + r.RemoteAddr}
 	if _, given := r.Form["key"]; given || m.ID != "" { // key= (an unset variable) is no key: refused, not a new slot
 		if err := slot.CheckManualID(m.ID); err != nil {
@@ -183,7 +185,13 @@ func trigger(ctx context.Context, w http.ResponseWriter, r *http.Request, s *sch
 		http.Error(w, "trigger: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	v := triggerView{Job: job, ID: t.Manual.ID, Outcome: string(t.Outcome), Replica: s.ReplicaID(),
+		Holder: t.Holder, State: string(t.State), RunID: t.RunID, Reason: t.Reason, At: t.Slot.UTC()}
+	if t.Outcome == slot.OutcomeLost {
+		if rec, ok, err := store.ManualRecord(ctx, job, t.Manual.ID); err == nil && ok {
+			v.RunID, v.At = rec.RunID, rec.Slot.UTC()
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(triggerView{Job: job, ID: t.Manual.ID, Outcome: string(t.Outcome), Replica: s.ReplicaID(),
-		Holder: t.Holder, State: string(t.State), RunID: t.RunID, Reason: t.Reason, At: t.Slot.UTC()})
+	json.NewEncoder(w).Encode(v)
 }

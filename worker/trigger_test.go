@@ -94,9 +94,17 @@ jobs:
 		rec, ok, _ := store.ManualRecord(context.Background(), "draw", "noon-redo")
 		return ok && rec.State == slot.StateDone
 	})
-	// Again over HTTP, and from the command line: nothing runs.
-	if a := post(addrs[2], "noon-redo", "again"); a.Outcome != "lost" || a.State != "done" {
-		t.Errorf("the same key again over HTTP: %+v", a)
+	// Again over HTTP, and from the command line: nothing runs. The answer
+	// names the record's run and time, not this request's.
+	var first triggerView
+	for _, a := range answers {
+		if a.Outcome == "won" {
+			first = a
+		}
+	}
+	if a := post(addrs[2], "noon-redo", "again"); a.Outcome != "lost" || a.State != "done" || a.RunID == "" ||
+		a.RunID != first.RunID || !a.At.Equal(first.At) {
+		t.Errorf("the same key again over HTTP: %+v; the winner's answer: %+v", a, first)
 	}
 	cmd := func(args ...string) (string, string, int) {
 		var out, errb bytes.Buffer
