@@ -513,43 +513,20 @@ func verdict(ctx context.Context, rdb redis.UniversalClient, l *lottery.Lottery,
 	return 0
 }
 
-// firstFreeSlot waits until no run holds the job, and returns the first
-// slot after that before which no earlier slot's draw holds the job. A draw
-// of the slot before may start after the job was seen free: when the next
-// slot is near (nearSlot), it looks again lookBefore ahead of it, by when
-// that draw has started, and moves on a slot while it holds the job (on a
-// busy machine a draw can outlast the interval, and the slot would be
-// skipped). The slot's own claim, sent ahead of it, may hold the job then:
-// that one is no reason to move on.
+// firstFreeSlot returns the first slot before which no earlier slot's draw
+// holds the job. A draw of the slot before may outlast the interval on a
+// busy machine, and the slot would be skipped: when the next slot is near
+// (nearSlot), it looks lookBefore ahead of it, by when the draw of the slot
+// before has started, and moves on a slot while a draw holds the job, for
+// at most within. The slot's own claim, sent ahead of it, may hold the job
+// then: that one is no reason to move on. A slot further off needs no look:
+// no draw holds the job that long.
 func firstFreeSlot(ctx context.Context, rdb redis.UniversalClient, prefix string, sched scheduler.Schedule, within time.Duration) (time.Time, error) {
 	store, err := slotstore.New(rdb, prefix)
 	if err != nil {
 		return time.Time{}, err
 	}
 	deadline := time.Now().Add(within)
-	// heldBefore reports whether the draw of a slot before t holds the job.
-	heldBefore := func(t time.Time) (bool, error) {
-		holder, at, _, err := store.Holder(ctx, lottery.Name)
-		switch {
-		case err != nil:
-			return false, err
-		case holder == "" || !at.Before(t):
-			return false, nil
-		case time.Now().After(deadline):
-			return false, fmt.Errorf("the draw of slot %s on %s still holds the job after %v", at.Format(time.TimeOnly), holder, within)
-		}
-		return true, nil
-	}
-	for {
-		held, err := heldBefore(time.Now().Add(maxSlotAhead))
-		if err != nil {
-			return time.Time{}, err
-		}
-		if !held {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	first := sched.Next(time.Now())
 	for time.Until(first) < nearSlot {
 		if wait := time.Until(first.Add(-lookBefore)); wait > 0 {
@@ -559,21 +536,24 @@ func firstFreeSlot(ctx context.Context, rdb redis.UniversalClient, prefix string
 				return time.Time{}, ctx.Err()
 			}
 		}
-		held, err := heldBefore(first)
-		if err != nil || !held {
-			return first, err
+		holder, at, _, err := store.Holder(ctx, lottery.Name)
+		switch {
+		case err != nil:
+			return time.Time{}, err
+		case holder == "" || !at.Before(first): // free, or held by first's own claim
+			return first, nil
+		case time.Now().After(deadline):
+			return time.Time{}, fmt.Errorf("the draw of slot %s on %s still holds the job after %v", at.Format(time.TimeOnly), holder, within)
 		}
 		first = sched.Next(first)
 	}
 	return first, nil
 }
 
-// nearSlot and lookBefore: see firstFreeSlot. maxSlotAhead bounds how far
-// ahead of its slot a claim goes out (the scheduler's is a second).
+// nearSlot and lookBefore: see firstFreeSlot.
 const (
-	nearSlot     = 10 * time.Second
-	lookBefore   = 100 * time.Millisecond
-	maxSlotAhead = time.Second
+	nearSlot   = 10 * time.Second
+	lookBefore = 100 * time.Millisecond
 )
 
 // removeKeys deletes every key under prefix: the demo's, on a real Redis.
