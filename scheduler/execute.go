@@ -81,11 +81,15 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 	if ahead {
 		err = r.waitForSlot(ctx, run.Slot)
 	}
-	if err == nil && ctx.Err() != nil {
+	if err == nil && (!lease.Proven() || ctx.Err() != nil) {
 		// The lease ran out before the run could start (the claim's reply
-		// came later than a lease TTL after it was sent), or the grace
-		// after a shutdown has: the job is not called on it. A lost lease
-		// leaves the slot to its policy, as a loss mid-run does.
+		// came later than a lease TTL after it was sent, or the process
+		// paused past it), or the grace after a shutdown has: the job is
+		// not called on it. Proven ends a lease whose time has run out
+		// even if its timer has yet to fire (a pause past both the slot's
+		// time and the lease's end leaves two timers due at once: which
+		// fires first is the Go scheduler's choice). A lost lease leaves
+		// the slot to its policy, as a loss mid-run does.
 		err = context.Cause(ctx)
 	}
 	began := time.Now()
@@ -134,9 +138,11 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 		case slot.StateAbandoned:
 			r.s.emit(slotEvent(EventAbandoned, claimOf(j, lease), run.Attempt, run.Fence, run.RunID, text))
 		}
+	case errors.Is(ferr, slot.ErrDataLoss) && errors.Is(context.Cause(lease.Context()), slot.ErrDataLoss):
+		log.Warn("job finished, but Redis had lost its slot's record, as a renewal found (reported then)", "state", string(state), "error", ferr)
 	case errors.Is(ferr, slot.ErrDataLoss):
-		r.s.dataLoss("a finished run's slot record is gone", "slotcron.job", j.Name,
-			"slotcron.slot", run.Slot.UTC().Format(time.RFC3339), "state", string(state))
+		r.s.dataLoss("a finished run's slot record is gone, or another run's took its place", "slotcron.job", j.Name,
+			"slotcron.slot", run.Slot.UTC().Format(time.RFC3339), "state", string(state), "error", ferr)
 	case errors.Is(ferr, slot.ErrUnreplicated):
 		r.s.tel.recordUnreplicated(j.Name)
 		log.Error("job finished, but fewer replicas acknowledged its record than wait_replicas asks: a failover now could lose the record",

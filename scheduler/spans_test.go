@@ -44,6 +44,7 @@ func (l *scriptedLease) Attempt() int             { return 1 }
 func (l *scriptedLease) TTL() time.Duration       { return l.c.LeaseTTL }
 func (l *scriptedLease) Context() context.Context { return l.ctx }
 func (l *scriptedLease) Deadline() time.Time      { return time.Now().Add(l.c.LeaseTTL) }
+func (l *scriptedLease) Proven() bool             { return l.ctx.Err() == nil }
 func (l *scriptedLease) Manual() *slot.Manual     { return l.c.Manual }
 
 func (s *scripted) Leave(context.Context, slot.Replica) error { return nil }

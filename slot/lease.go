@@ -32,4 +32,8 @@ type Lease interface {
 	Context() context.Context
 	// Deadline is the local time until which ownership is proven.
 	Deadline() time.Time
+	// Proven reports whether ownership is proven now. Once Deadline has
+	// passed, it ends the lease (Context is cancelled, with ErrLeaseLost)
+	// before it returns, rather than leave that to the lease's timer.
+	Proven() bool
 }

@@ -77,6 +77,7 @@ func (l *lease) Attempt() int             { return l.attempt }
 func (l *lease) TTL() time.Duration       { return l.ttl }
 func (l *lease) Context() context.Context { return l.v.Context() }
 func (l *lease) Deadline() time.Time      { return l.v.Deadline() }
+func (l *lease) Proven() bool             { return l.v.Proven() }
 
 func (l *lease) Manual() *slot.Manual {
 	if l.manualID == "" {
@@ -115,7 +116,7 @@ func (s *Store) Renew(ctx context.Context, leases []slot.Lease) []error {
 			continue
 		}
 		calls = append(calls, call{renewScript, []string{ml.state, ml.record},
-			[]any{ml.token, ml.ref, ml.kind(), ml.ttl.Milliseconds(), ml.retention.Milliseconds(), ml.replica}})
+			[]any{ml.token, ml.ref, ml.kind(), ml.ttl.Milliseconds(), ml.retention.Milliseconds(), ml.replica, ml.attempt, ml.runID}})
 		mine, index = append(mine, ml), append(index, i)
 	}
 	if len(calls) == 0 {
@@ -135,7 +136,8 @@ func (s *Store) Renew(ctx context.Context, leases []slot.Lease) []error {
 			errs[i] = validity.LostTo("the slot was taken over or abandoned: its record is no longer this run's")
 			l.v.End(errs[i])
 		case n == -2:
-			errs[i] = fmt.Errorf("%w: %w: the slot's record or the job's state is gone", validity.ErrLeaseLost, slot.ErrDataLoss)
+			errs[i] = fmt.Errorf("%w: %w: the slot's record or the job's state is gone, or the record is another run's, written after this run's was lost",
+				validity.ErrLeaseLost, slot.ErrDataLoss)
 			l.v.End(errs[i])
 		default:
 			errs[i] = validity.LostTo("the job's lease no longer holds this run's token")
@@ -179,12 +181,12 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 	}
 	calls := make([]call, len(groups))
 	for gi, g := range groups {
-		c := call{script: finishScript, keys: make([]string, 0, 3*len(g)), args: make([]any, 0, 6*len(g))}
+		c := call{script: finishScript, keys: make([]string, 0, 3*len(g)), args: make([]any, 0, 8*len(g))}
 		for _, i := range g {
 			l := leases[i]
 			head, tail := l.runFinal(reqs[i].State, reqs[i].Error, reqs[i].Result)
 			c.keys = append(c.keys, l.record, l.state, s.ringKey(l.job))
-			c.args = append(c.args, l.token, l.ref, l.kind(), head, tail, l.retention.Milliseconds())
+			c.args = append(c.args, l.token, l.ref, l.kind(), head, tail, l.retention.Milliseconds(), l.attempt, l.runID)
 		}
 		calls[gi] = c
 	}
@@ -202,6 +204,16 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 			r := reply(v)
 			if r.int(0) == 1 {
 				l.v.End(nil)
+				switch {
+				case len(v) > 1 && r.str(1) == "gone":
+					errs[i] = fmt.Errorf("%w: %s@%d: the slot's record was gone, though the run held the job's lease; it is recorded %s anew",
+						slot.ErrDataLoss, l.job, l.slot.Unix(), reqs[i].State)
+					continue
+				case len(v) > 1:
+					errs[i] = fmt.Errorf("%w: %s@%d: the slot's record was another's (%s), though the run held the job's lease; it is recorded %s over it",
+						slot.ErrDataLoss, l.job, l.slot.Unix(), r.str(2), reqs[i].State)
+					continue
+				}
 				if s.waitReplicas > 0 && acked < s.waitReplicas {
 					errs[i] = fmt.Errorf("%w: %s@%d is recorded %s, but %d of %d replicas acknowledged it within %v",
 						slot.ErrUnreplicated, l.job, l.slot.Unix(), reqs[i].State, acked, s.waitReplicas, s.waitTimeout)
@@ -211,8 +223,12 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 			now := r.str(1)
 			l.v.End(validity.LostTo("the slot record is no longer this run's: it is " + now))
 			errs[i] = fmt.Errorf("%w: %s@%d is %s", slot.ErrNotHeld, l.job, l.slot.Unix(), now)
-			if now == "gone" {
+			switch {
+			case now == "gone":
 				errs[i] = fmt.Errorf("%w: %w: %s@%d: the slot's record is gone", slot.ErrNotHeld, slot.ErrDataLoss, l.job, l.slot.Unix())
+			case len(v) > 2 && r.str(2) == "replaced":
+				errs[i] = fmt.Errorf("%w: %w: %s@%d: the slot's record is another run's (%s), written after this run's was lost",
+					slot.ErrNotHeld, slot.ErrDataLoss, l.job, l.slot.Unix(), now)
 			}
 		}
 	}

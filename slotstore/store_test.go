@@ -745,12 +745,13 @@ func TestSlotTakeoverRetry(t *testing.T) {
 	if second.Outcome != slot.OutcomeWon || second.Attempt != 2 || second.Fence <= first.Fence {
 		t.Fatalf("takeover: %+v (first fence %d)", second, first.Fence)
 	}
-	// The old owner wakes up: it can neither renew nor finish.
-	if errs := s.Renew(ctx, []slot.Lease{first.Lease}); !errors.Is(errs[0], slot.ErrLeaseLost) {
-		t.Fatalf("old owner's renew: %v", errs[0])
+	// The old owner wakes up: it can neither renew nor finish. A takeover
+	// is no data loss.
+	if errs := s.Renew(ctx, []slot.Lease{first.Lease}); !errors.Is(errs[0], slot.ErrLeaseLost) || errors.Is(errs[0], slot.ErrDataLoss) {
+		t.Fatalf("old owner's renew: %v; want lease lost, not data loss", errs[0])
 	}
-	if err := finish(s, first.Lease, slot.StateDone, ""); !errors.Is(err, slot.ErrNotHeld) {
-		t.Fatalf("old owner's finish: %v", err)
+	if err := finish(s, first.Lease, slot.StateDone, ""); !errors.Is(err, slot.ErrNotHeld) || errors.Is(err, slot.ErrDataLoss) {
+		t.Fatalf("old owner's finish: %v; want not held, not data loss", err)
 	}
 	// A third replica sees attempt 2 alive.
 	if r := claimOne(t, s, takeover("retried", at, "r3", true, 3)); r.Outcome != slot.OutcomeAlive {
@@ -962,8 +963,11 @@ func TestSlotTakeoverAbandon(t *testing.T) {
 	if r3 := claimOne(t, s, other); r3.Outcome != slot.OutcomeClosed || r3.State != slot.StateAbandoned {
 		t.Fatalf("another replica's takeover: %+v; want closed", r3)
 	}
-	if err := finish(s, dead.Lease, slot.StateDone, ""); !errors.Is(err, slot.ErrNotHeld) {
-		t.Fatalf("the dead run's finish: %v; want ErrNotHeld", err)
+	if errs := s.Renew(ctx, []slot.Lease{dead.Lease}); !errors.Is(errs[0], slot.ErrLeaseLost) || errors.Is(errs[0], slot.ErrDataLoss) {
+		t.Fatalf("the dead run's renew: %v; want lease lost, not data loss", errs[0])
+	}
+	if err := finish(s, dead.Lease, slot.StateDone, ""); !errors.Is(err, slot.ErrNotHeld) || errors.Is(err, slot.ErrDataLoss) {
+		t.Fatalf("the dead run's finish: %v; want ErrNotHeld, not data loss", err)
 	}
 	if rec2, _, _ := s.Record(ctx, "once", at); rec2 != rec {
 		t.Fatalf("record %+v after the takeovers sent again and the dead run's finish; want it as it was, %+v", rec2, rec)
@@ -1386,6 +1390,97 @@ func TestRenewReportsALostState(t *testing.T) {
 	errs := s.Renew(ctx, []slot.Lease{r.Lease})
 	if !errors.Is(errs[0], slot.ErrLeaseLost) || !errors.Is(errs[0], slot.ErrDataLoss) {
 		t.Fatalf("renew with the job's state gone: %v, want lease lost and data loss", errs[0])
+	}
+}
+
+// TestARecordInPlaceOfALostOneIsDataLoss: Redis loses a running slot's
+// record (a failover to a replica that lagged, a restart without
+// persistence), and a claim makes the slot anew: another replica's run
+// (the job's state lost too), or a skipped record (the state kept, its
+// lease still the first run's). The first run's renewal and its finish
+// find another run's record that no takeover of theirs wrote, and say it
+// is data loss, not a takeover: the slot may have started twice.
+func TestARecordInPlaceOfALostOneIsDataLoss(t *testing.T) {
+	for _, keepState := range []bool{false, true} {
+		t.Run(fmt.Sprintf("state kept %v", keepState), func(t *testing.T) {
+			_, rdb, s := newSlots(t)
+			ctx := context.Background()
+			at := time.Unix(1_700_000_900, 0)
+			first := claimOne(t, s, live("lost", at, "r1"))
+			if first.Outcome != slot.OutcomeWon {
+				t.Fatalf("first claim: %+v", first)
+			}
+			keys := []string{slotstore.RecordKey(s.Prefix(), "lost", at)}
+			if !keepState {
+				keys = append(keys, stateKey(s, "lost"))
+			}
+			if err := rdb.Del(ctx, keys...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			again := claimOne(t, s, live("lost", at, "r2"))
+			want := slot.OutcomeWon
+			if keepState {
+				want = slot.OutcomeSkipped
+			}
+			if again.Outcome != want {
+				t.Fatalf("the claim after the loss: %+v; want %s", again, want)
+			}
+			if keepState {
+				checkStateKeptLoss(t, s, first.Lease, "lost", at)
+				return
+			}
+			errs := s.Renew(ctx, []slot.Lease{first.Lease})
+			if !errors.Is(errs[0], slot.ErrLeaseLost) || !errors.Is(errs[0], slot.ErrDataLoss) {
+				t.Errorf("the first run's renewal: %v; want lease lost and data loss", errs[0])
+			}
+			err := finish(s, first.Lease, slot.StateDone, "")
+			if !errors.Is(err, slot.ErrNotHeld) || !errors.Is(err, slot.ErrDataLoss) {
+				t.Errorf("the first run's finish: %v; want not held and data loss", err)
+			}
+			rec, ok, err := s.Record(ctx, "lost", at)
+			if err != nil || !ok || rec.Owner != "r2" || rec.State != slot.StateRunning {
+				t.Errorf("record %+v (%v, %v); want r2's, running, unchanged by the first run's finish", rec, ok, err)
+			}
+		})
+	}
+}
+
+// TestAFinishFindsItsRecordEvicted: a running slot's record alone lost
+// (evicted) and no claim since: the run's finish, its lease proving the
+// slot its own, records how it ended anew and says it is data loss.
+func TestAFinishFindsItsRecordEvicted(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_001_000, 0)
+	r := claimOne(t, s, live("evicted", at, "r1"))
+	if err := rdb.Del(ctx, slotstore.RecordKey(s.Prefix(), "evicted", at)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(s, r.Lease, slot.StateDone, ""); errors.Is(err, slot.ErrNotHeld) || !errors.Is(err, slot.ErrDataLoss) {
+		t.Errorf("the finish: %v; want data loss, not not held", err)
+	}
+	if rec, ok, err := s.Record(ctx, "evicted", at); err != nil || !ok || rec.Owner != "r1" || rec.State != slot.StateDone {
+		t.Errorf("record %+v (%v, %v); want r1's, done", rec, ok, err)
+	}
+}
+
+// checkStateKeptLoss: the slot's record alone lost (evicted: it has a TTL,
+// the job's state none) and recorded skipped by a claim that found the
+// job's lease held by the run of the slot itself. The run's renewal says
+// it is data loss; its finish, its lease still proving the slot its own,
+// records how the run ended over the skipped record (the run did start)
+// and says it is data loss.
+func checkStateKeptLoss(t *testing.T, s *slotstore.Store, l slot.Lease, job string, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	if errs := s.Renew(ctx, []slot.Lease{l}); !errors.Is(errs[0], slot.ErrLeaseLost) || !errors.Is(errs[0], slot.ErrDataLoss) {
+		t.Errorf("the run's renewal: %v; want lease lost and data loss", errs[0])
+	}
+	if err := finish(s, l, slot.StateDone, ""); errors.Is(err, slot.ErrNotHeld) || !errors.Is(err, slot.ErrDataLoss) {
+		t.Errorf("the run's finish: %v; want data loss, not not held", err)
+	}
+	if rec, ok, err := s.Record(ctx, job, at); err != nil || !ok || rec.Owner != "r1" || rec.State != slot.StateDone {
+		t.Errorf("record %+v (%v, %v); want r1's, done", rec, ok, err)
 	}
 }
 

@@ -104,6 +104,21 @@ func (v *Timer) Deadline() time.Time {
 	return v.until
 }
 
+// Proven reports whether ownership is still proven. Once the time has run
+// out it ends the Timer first, as its timer would: the timer fires on a
+// goroutine of its own, and a caller about to act on ownership (a job about
+// to start, after a pause of the process that passed the end) must not
+// depend on which of the two runs first.
+func (v *Timer) Proven() bool {
+	v.mu.Lock()
+	left := time.Until(v.until)
+	v.mu.Unlock()
+	if left <= 0 {
+		v.expire() // it looks again, under the lock: an Extend may come first
+	}
+	return v.ctx.Err() == nil
+}
+
 func (v *Timer) expire() {
 	v.mu.Lock()
 	if left := time.Until(v.until); left > 0 { // extended while the timer fired

@@ -87,3 +87,28 @@ func TestALostTimerStaysLost(t *testing.T) {
 		}
 	})
 }
+
+// TestProvenDoesNotWaitForTheTimer: at the instant the time runs out, the
+// timer's goroutine and the owner's wake together, and either may run
+// first. Proven answers false then, with the context already ended, in
+// every round; before, it is true, and Extend in time keeps it so.
+func TestProvenDoesNotWaitForTheTimer(t *testing.T) {
+	for range 50 {
+		synctest.Test(t, func(t *testing.T) {
+			sent := time.Now()
+			v := validity.Start(context.Background(), sent, time.Second)
+			time.Sleep(validity.SafeTTL(time.Second) - time.Millisecond)
+			if !v.Proven() {
+				t.Fatal("not proven a millisecond before its end")
+			}
+			v.Extend(time.Now(), time.Second)
+			time.Sleep(validity.SafeTTL(time.Second))
+			if v.Proven() || v.Context().Err() == nil {
+				t.Fatalf("at its end: proven %v, context %v", v.Proven(), v.Context().Err())
+			}
+			if !errors.Is(context.Cause(v.Context()), validity.ErrLeaseLost) {
+				t.Fatalf("cause %v, want ErrLeaseLost", context.Cause(v.Context()))
+			}
+		})
+	}
+}

@@ -12,26 +12,38 @@
 --   +1  the slot record (a string)
 --   +2  the job's state (a hash): the run's lease, its running slots, its count of ends
 --   +3  the job's ended ring (a hash)
--- ARGV     6 per run, run i from ARGV[6*(i-1)+1]:
+-- ARGV     8 per run, run i from ARGV[8*(i-1)+1]:
 --   +1  the run's token
 --   +2  the slot's ref (unix seconds, or "m:<id>")
 --   +3  the lease the run holds: "job" (the job's), or "slot" (its own)
 --   +4  the final record up to its finished time: "<state> <fence> <attempt> <started> "
 --   +5  the final record after its finished time: " <at> <lease> ..." to the end
 --   +6  the record's retention, ms
+--   +7  the run's attempt
+--   +8  the run's ID
 --
 -- Returns one reply per run, in order:
 --   {1}         the record was this run's and now holds the final state (the
 --               same finish sent again also answers {1}: the record begins
 --               with its head, fence included)
+--   {1, "gone"} or {1, "replaced", state}
+--               the record now holds the final state, but the lease proved
+--               a record that Redis had lost (gone: none; replaced: another,
+--               in state, written since): data loss, the final state written
+--               all the same (the run started)
 --   {0, state}  the record is no longer this run's, or no longer running
 --               (taken over, or recorded abandoned by another replica; "gone"
 --               when it has expired or Redis lost it): nothing changes
+--   {0, state, "replaced"}
+--               the record is another run's, and no takeover of this run
+--               wrote it (record_lib.lua's replaced): Redis lost this run's
+--               record, and a claim made the slot anew, whose run may have
+--               started too; nothing changes
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_s = tostring(now) -- formatted once per call, not once per run
 
-local function finish(rec, st, ring, token, ref, kind, head, tail, retention)
+local function finish(rec, st, ring, token, ref, kind, head, tail, retention, attempt, run_id)
   local lf = 'lease'
   if kind == 'slot' then
     lf = 'lease:' .. ref
@@ -47,8 +59,11 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention)
     if not v then
       return {0, 'gone'}
     end
-    local state, rtok = string.match(v, '^(%S+) %S+ %S+ %S+ %S+ %S+ %S+ (%S+) ')
+    local state, rattempt, rtok, rrun_id = string.match(v, '^(%S+) %S+ (%S+) %S+ %S+ %S+ %S+ (%S+) (%S+) ')
     if rtok ~= token then
+      if state and replaced(rattempt, rrun_id, attempt, run_id) then
+        return {0, state, 'replaced'}
+      end
       return {0, state or 'gone'}
     end
     if state ~= 'running' then
@@ -60,7 +75,28 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention)
       return {0, state}
     end
   end
-  redis.call('SET', rec, head .. now_s .. tail, 'PX', retention)
+  local lost
+  if lapsed then -- the record was read: it is this run's
+    redis.call('SET', rec, head .. now_s .. tail, 'PX', retention)
+  else
+    -- The lease proves the record this run's, unless Redis lost the record
+    -- alone (evicted: it has a TTL, the state has none); a claim may then
+    -- have recorded the slot skipped, this run holding the job's lease. The
+    -- run did start, so its record is written all the same, and the loss
+    -- said. (SET's GET needs Redis 6.2; on a protocol-1 hash it fails.)
+    local was = redis.pcall('SET', rec, head .. now_s .. tail, 'PX', retention, 'GET')
+    if type(was) == 'table' and was.err then
+      redis.call('SET', rec, head .. now_s .. tail, 'PX', retention)
+      lost = {1, 'replaced', 'unknown'}
+    elseif not was then
+      lost = {1, 'gone'}
+    else
+      local state, rtok = string.match(was, '^(%S+) %S+ %S+ %S+ %S+ %S+ %S+ (%S+) ')
+      if rtok ~= token then
+        lost = {1, 'replaced', state or 'unknown'}
+      end
+    end
+  end
   local running = without(j[2], ref)
   local ef, ends = ended_at(j[3])
   redis.call('HSET', ring, ef, ref)
@@ -83,12 +119,13 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention)
       redis.call('HDEL', st, 'turn')
     end
   end
-  return {1}
+  return lost or {1}
 end
 
 local out = {}
 for i = 1, #KEYS / 3 do
-  local a = 6 * (i - 1)
-  out[i] = finish(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+  local a = 8 * (i - 1)
+  out[i] = finish(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
+    ARGV[a + 6], ARGV[a + 7], ARGV[a + 8])
 end
 return out

@@ -81,6 +81,17 @@ local function head(v)
     owner = string.sub(v, p, p + tonumber(n) - 1)}
 end
 
+-- replaced reports whether a slot's record that is not a run's (another
+-- token) took the place of the run's record after Redis lost it (a restart
+-- without persistence, a failover), rather than being written over it by a
+-- takeover of the run: a takeover records the run's attempt abandoned,
+-- keeping its run ID, or runs a later attempt. Nothing else writes over a
+-- running record. r_attempt and r_run_id are the record's, attempt and
+-- run_id the run's.
+local function replaced(r_attempt, r_run_id, attempt, run_id)
+  return r_run_id ~= run_id and (tonumber(r_attempt) or 0) <= (tonumber(attempt) or 0)
+end
+
 -- lease_of reads a lease value: its token, ref, until (a number) and holder;
 -- nil when the value is free (nil or "").
 local function lease_of(v)

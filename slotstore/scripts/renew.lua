@@ -12,14 +12,18 @@
 -- ARGV[4]  the lease TTL, ms
 -- ARGV[5]  the record's retention, ms (a run longer than it keeps its record)
 -- ARGV[6]  the replica ID
+-- ARGV[7]  the run's attempt
+-- ARGV[8]  the run's ID
 --
 -- Returns  1  renewed: the record and the lease are the run's; the lease has
 --             its full TTL again
 --          0  the lease no longer holds the token (expired, or another run's)
 --         -1  the record is no longer the run's: taken over, or abandoned
---         -2  the record or the job's state is gone: Redis lost data (a
---             restart without persistence, a failover, an eviction); a
---             state that has had a claim always holds its fence
+--         -2  the record or the job's state is gone, or the record is
+--             another run's that no takeover of this one wrote
+--             (record_lib.lua's replaced): Redis lost data (a restart
+--             without persistence, a failover, an eviction); a state that
+--             has had a claim always holds its fence
 -- Nothing changes unless it returns 1.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -30,7 +34,10 @@ end
 if not v then
   return -2
 end
-local state, rtok = string.match(v, '^(%S+) %S+ %S+ %S+ %S+ %S+ %S+ (%S+) ')
+local state, rattempt, rtok, rrun_id = string.match(v, '^(%S+) %S+ (%S+) %S+ %S+ %S+ %S+ (%S+) (%S+) ')
+if state and rtok ~= ARGV[1] and replaced(rattempt, rrun_id, ARGV[7], ARGV[8]) then
+  return -2
+end
 if rtok ~= ARGV[1] or state ~= 'running' then
   return -1
 end
