@@ -664,7 +664,13 @@ func (r *runner) claimBatch(ctx context.Context, batch []*pending) (answered boo
 		return kindSlot, batch[i].claim
 	})
 	claiming(traces)
-	cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+	// A stop does not cut off claims in flight: Redis may have run them,
+	// and a won claim whose answer was dropped would leave its slot
+	// running, to be recorded abandoned by a takeover though it never
+	// started. Their answers are applied as any other: a won slot runs,
+	// within the shutdown grace. The stop waits for them, at most the
+	// claim timeout.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.cfg.claimTimeout)
 	results, err := r.s.claimer.Claim(cctx, claims)
 	cancel()
 	if err != nil { // the batch itself was refused, nothing sent: a bug, not Redis

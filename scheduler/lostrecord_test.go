@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -116,4 +117,65 @@ func TestNoStartOnALeaseThatRanOutAtItsSlot(t *testing.T) {
 			})
 		})
 	}
+}
+
+// heldWin is a Claimer whose first won claim's answer is held until the
+// test releases it, or until the claim's context ends (then its answers
+// are errors, as go-redis gives a call cut off in flight: Redis ran it).
+type heldWin struct {
+	*slotstore.Store
+	once    atomic.Bool
+	won     chan int64 // the slot of that claim, unix seconds
+	release chan struct{}
+}
+
+func (s *heldWin) Claim(ctx context.Context, claims []slot.Claim) ([]slot.Result, error) {
+	res, err := s.Store.Claim(ctx, claims)
+	for i, r := range res {
+		if r.Outcome == slot.OutcomeWon && s.once.CompareAndSwap(false, true) {
+			s.won <- claims[i].Slot.Unix()
+			select {
+			case <-s.release:
+			case <-ctx.Done():
+				cut := make([]slot.Result, len(res))
+				for k := range cut {
+					cut[k] = slot.Result{Err: ctx.Err()}
+				}
+				return cut, err
+			}
+			break
+		}
+	}
+	return res, err
+}
+
+// TestAStopDoesNotCutOffAClaimInFlight: a replica is stopped while a claim
+// that Redis has run, and won, is on its way back. Its answer is applied
+// as any other: the slot runs, within the shutdown grace, and is recorded
+// done. It used to be dropped as a failed claim: the slot stayed running,
+// to be recorded abandoned by a takeover though it never started (here, a
+// lone replica: running until its next start).
+func TestAStopDoesNotCutOffAClaimInFlight(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		key := "starts"
+		held := &heldWin{won: make(chan int64, 1), release: make(chan struct{})}
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 10s"}}
+		r := h.startWith("r1", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { held.Store = s; return held }},
+			registry(t, map[string]jobs.Func{"j": recorder(h.rdb, key, 500*time.Millisecond)}), table)
+		at := <-held.won
+		go r.stop()
+		synctest.Wait() // the stop waits for the claim, or the claim was cut off
+		close(held.release)
+		<-r.done
+		var by []string
+		for _, s := range h.starts(key) {
+			if s.slot == at {
+				by = append(by, s.replica)
+			}
+		}
+		rec, ok := h.record("j", at)
+		if !ok || rec.State != slot.StateDone || len(by) != 1 {
+			t.Errorf("slot %d, won as the replica stopped: record %s (%v), started by %v; want done, started once", at, rec.State, ok, by)
+		}
+	})
 }
