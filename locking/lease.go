@@ -99,7 +99,9 @@ func (l *Lease) Key() string { return l.key }
 func (l *Lease) Token() string { return l.token }
 
 // Fence returns the fencing token: a number that grows with every lease taken
-// on this key with WithFencing. It is 0 without WithFencing.
+// on this key with WithFencing, at least Redis's clock in microseconds, so
+// that it still grows after Redis lost its counter (provided the Redis
+// hosts' clocks are in step). It is 0 without WithFencing.
 func (l *Lease) Fence() int64 { return l.fence }
 
 // Done returns a channel that is closed when the lease ends: when it is

@@ -22,7 +22,8 @@ func defaultOptions() options {
 }
 
 // WithFencing makes the lease carry a fencing token: a per-key counter that
-// Redis increments in the same script that takes the key (still one round trip).
+// Redis advances in the same script that takes the key (still one round trip),
+// to the larger of its last value plus 1 and Redis's clock in microseconds.
 // Pass Lease.Fence to the systems the owner writes to, so that they can refuse
 // a paused former owner. Only plain leases (Obtain, Lock) support it; the
 // other locks refuse it with an error.

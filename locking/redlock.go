@@ -163,7 +163,7 @@ func (r *Redlock) pause(ctx context.Context) bool {
 // error or no answer within the node timeout).
 type tally struct {
 	yes, no, failed int
-	values          []int64 // the answers, for pttl
+	values          []int64 // the answers of the nodes that answered, for pttl
 	errs            []error
 }
 
@@ -205,10 +205,11 @@ func (r *Redlock) each(ctx context.Context, f func(context.Context, RedisClient)
 				t.errs = append(t.errs, a.err)
 			case a.v == 1:
 				t.yes++
+				t.values = append(t.values, a.v)
 			default:
 				t.no++
+				t.values = append(t.values, a.v)
 			}
-			t.values = append(t.values, a.v)
 			if decided != nil && decided(t) {
 				return t
 			}

@@ -278,3 +278,31 @@ func TestRedlockRefusesBadUse(t *testing.T) {
 		t.Fatal("Redlock accepted WithBackoff, which it would ignore")
 	}
 }
+
+// TestRedlockTTLCountsNoFailedNode: a node that does not answer gives no
+// TTL. With 2 of 5 nodes holding, 1 not, and 2 stopped, TTL is an error (a
+// quorum may or may not hold); it used to count the stopped nodes' empty
+// answers as holding, and say 0 with no error.
+func TestRedlockTTLCountsNoFailedNode(t *testing.T) {
+	servers, clients, rl := fiveNodes(t, locking.WithNodeTimeout(2*time.Second))
+	ctx := context.Background()
+	l, err := rl.Obtain(ctx, "ttl", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second) // only a guard against a hang
+	for holders(clients, "ttl", l.Token()) != 5 {
+		if time.Now().After(deadline) {
+			t.Fatal("the key is not on all 5 nodes after 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := clients[2].Del(ctx, "ttl").Err(); err != nil {
+		t.Fatal(err)
+	}
+	servers[3].Stop()
+	servers[4].Stop()
+	if ttl, err := l.TTL(ctx); err == nil {
+		t.Fatalf("TTL with 2 of 5 nodes holding, 1 not, 2 stopped: %v with no error; want an error", ttl)
+	}
+}
