@@ -204,14 +204,9 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 			r := reply(v)
 			if r.int(0) == 1 {
 				l.v.End(nil)
-				switch {
-				case len(v) > 1 && r.str(1) == "gone":
+				if len(v) > 1 && r.str(1) == "gone" {
 					errs[i] = fmt.Errorf("%w: %s@%d: the slot's record was gone, though the run held the job's lease; it is recorded %s anew",
 						slot.ErrDataLoss, l.job, l.slot.Unix(), reqs[i].State)
-					continue
-				case len(v) > 1:
-					errs[i] = fmt.Errorf("%w: %s@%d: the slot's record was another's (%s), though the run held the job's lease; it is recorded %s over it",
-						slot.ErrDataLoss, l.job, l.slot.Unix(), r.str(2), reqs[i].State)
 					continue
 				}
 				if s.waitReplicas > 0 && acked < s.waitReplicas {

@@ -1468,16 +1468,17 @@ func TestAFinishFindsItsRecordEvicted(t *testing.T) {
 // the job's state none) and recorded skipped by a claim that found the
 // job's lease held by the run of the slot itself. The run's renewal says
 // it is data loss; its finish, its lease still proving the slot its own,
-// records how the run ended over the skipped record (the run did start)
-// and says it is data loss.
+// records how the run ended over the skipped record (the run did start).
+// It does not look at what it writes over (that would cost every finish a
+// read): the renewal is what sees this loss.
 func checkStateKeptLoss(t *testing.T, s *slotstore.Store, l slot.Lease, job string, at time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	if errs := s.Renew(ctx, []slot.Lease{l}); !errors.Is(errs[0], slot.ErrLeaseLost) || !errors.Is(errs[0], slot.ErrDataLoss) {
 		t.Errorf("the run's renewal: %v; want lease lost and data loss", errs[0])
 	}
-	if err := finish(s, l, slot.StateDone, ""); errors.Is(err, slot.ErrNotHeld) || !errors.Is(err, slot.ErrDataLoss) {
-		t.Errorf("the run's finish: %v; want data loss, not not held", err)
+	if err := finish(s, l, slot.StateDone, ""); err != nil {
+		t.Errorf("the run's finish: %v; want it recorded", err)
 	}
 	if rec, ok, err := s.Record(ctx, job, at); err != nil || !ok || rec.Owner != "r1" || rec.State != slot.StateDone {
 		t.Errorf("record %+v (%v, %v); want r1's, done", rec, ok, err)

@@ -26,11 +26,9 @@
 --   {1}         the record was this run's and now holds the final state (the
 --               same finish sent again also answers {1}: the record begins
 --               with its head, fence included)
---   {1, "gone"} or {1, "replaced", state}
---               the record now holds the final state, but the lease proved
---               a record that Redis had lost (gone: none; replaced: another,
---               in state, written since): data loss, the final state written
---               all the same (the run started)
+--   {1, "gone"} the record now holds the final state, but the lease proved
+--               a record that Redis had lost: data loss, the final state
+--               written all the same (the run started)
 --   {0, state}  the record is no longer this run's, or no longer running
 --               (taken over, or recorded abandoned by another replica; "gone"
 --               when it has expired or Redis lost it): nothing changes
@@ -78,24 +76,15 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention, at
   local lost
   if lapsed then -- the record was read: it is this run's
     redis.call('SET', rec, head .. now_s .. tail, 'PX', retention)
-  else
-    -- The lease proves the record this run's, unless Redis lost the record
-    -- alone (evicted: it has a TTL, the state has none); a claim may then
-    -- have recorded the slot skipped, this run holding the job's lease. The
-    -- run did start, so its record is written all the same, and the loss
-    -- said. (SET's GET needs Redis 6.2; on a protocol-1 hash it fails.)
-    local was = redis.pcall('SET', rec, head .. now_s .. tail, 'PX', retention, 'GET')
-    if type(was) == 'table' and was.err then
-      redis.call('SET', rec, head .. now_s .. tail, 'PX', retention)
-      lost = {1, 'replaced', 'unknown'}
-    elseif not was then
-      lost = {1, 'gone'}
-    else
-      local state, rtok = string.match(was, '^(%S+) %S+ %S+ %S+ %S+ %S+ %S+ (%S+) ')
-      if rtok ~= token then
-        lost = {1, 'replaced', state or 'unknown'}
-      end
-    end
+  elseif not redis.call('SET', rec, head .. now_s .. tail, 'PX', retention, 'XX') then
+    -- The lease proves the record this run's, yet it is gone: Redis lost it
+    -- alone (evicted: it has a TTL, the job's state none). The run did
+    -- start, so its end is written all the same, and the loss said. (A
+    -- record another claim wrote since, a skipped one, is written over
+    -- unseen: the run's renewals see it, a finish does not look, which
+    -- would cost every finish a read.)
+    redis.call('SET', rec, head .. now_s .. tail, 'PX', retention)
+    lost = {1, 'gone'}
   end
   local running = without(j[2], ref)
   local ef, ends = ended_at(j[3])
