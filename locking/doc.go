@@ -64,10 +64,12 @@
 //
 // # Reentrant lock
 //
-// One hash per lock, as Redisson lays it out: the field is the owner ID, the
-// value its hold count. Go has no thread identity, so the owner is explicit.
-// Each hold is a Lease whose Release gives up one hold; the key goes, and
-// waiters wake, when the count reaches zero. A release by another owner returns
+// One hash per lock, as Redisson has, but with a field per hold: "o" is the
+// owner ID, and each hold is a field "h:<token>" of its own. Go has no thread
+// identity, so the owner is explicit. Each hold is a Lease whose Release gives
+// up that hold and no other (sent again after a lost reply, or after the
+// hold expired, it gives up nothing); the key goes, and waiters wake, when
+// the last hold is given up. A release by another owner returns
 // ErrNotHeld and changes nothing. When the hash expires, every hold ends.
 //
 // # Read-write lock

@@ -5,15 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/slotcron/slotcron/internal/rediskit"
 )
 
 // Reentrant is a lock that one owner may hold several times over, as
-// Redisson's RLock: a hash whose one field is the owner ID and whose value is
-// the hold count. Go has no thread identity, so the owner is explicit: every
-// caller that passes the same owner ID shares the holds.
+// Redisson's RLock: a hash that names the owner and each of its holds, each
+// hold by a token of its own. Go has no thread identity, so the owner is
+// explicit: every caller that passes the same owner ID shares the lock.
 //
 // Each hold is a *Lease; releasing it gives up that one hold, and the key is
-// deleted (and waiters woken) when the count reaches zero. Every hold raises
+// deleted (and waiters woken) when the last is given up. A hold's release
+// sent again (its reply lost), or of a hold that expired, gives up no other
+// hold. Every hold raises
 // the hash's TTL to at least its own, never lowers it; when the hash expires,
 // every hold ends. Use the same TTL for every hold of one lock.
 type Reentrant struct {
@@ -52,10 +56,11 @@ func (r *Reentrant) lock(ctx context.Context, op string, ttl time.Duration, wait
 	if o.fencing {
 		return nil, fmt.Errorf("locking: %s: WithFencing is not supported by the reentrant lock", op)
 	}
-	h := reentrantHold{r}
+	// One token for every attempt, so that a retried script adds no second hold.
+	h := reentrantHold{r: r, token: rediskit.NewToken()}
 	try := func(ctx context.Context) (*Lease, time.Duration, error) {
 		sent := time.Now()
-		res, err := reentrantLockScript.Run(ctx, r.c.rdb, []string{r.key}, r.owner, ttl.Milliseconds()).Int64Slice()
+		res, err := reentrantLockScript.Run(ctx, r.c.rdb, []string{r.key}, r.owner, ttl.Milliseconds(), h.token).Int64Slice()
 		if err != nil {
 			return nil, 0, fmt.Errorf("locking: %s %q: %w", op, r.key, err)
 		}
@@ -67,15 +72,16 @@ func (r *Reentrant) lock(ctx context.Context, op string, ttl time.Duration, wait
 		}
 		return newLease(h, r.key, r.owner, 0, ttl, sent, ctx), 0, nil
 	}
-	// No undo: a lost reply leaves an extra hold that only the TTL ends, since
-	// decrementing could give up a hold the owner took earlier.
-	return r.c.acquire(ctx, r.channel, o, wait, try, nil)
+	// An attempt that failed on the network may still have taken its hold:
+	// giving it up touches no other hold.
+	undo := func(ctx context.Context) { _, _ = h.release(ctx) }
+	return r.c.acquire(ctx, r.channel, o, wait, try, undo)
 }
 
 // Holds returns how many holds the owner has on the lock now (0 when none).
 // One round trip.
 func (r *Reentrant) Holds(ctx context.Context) (int, error) {
-	res, err := reentrantPTTLScript.Run(ctx, r.c.rdb, []string{r.key}, r.owner).Int64Slice()
+	res, err := reentrantPTTLScript.Run(ctx, r.c.rdb, []string{r.key}, r.owner, "").Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("locking: Reentrant.Holds %q: %w", r.key, err)
 	}
@@ -85,21 +91,25 @@ func (r *Reentrant) Holds(ctx context.Context) (int, error) {
 	return int(res[1]), nil
 }
 
-// reentrantHold is one hold of a reentrant lock; the owner ID is its token.
-type reentrantHold struct{ r *Reentrant }
+// reentrantHold is one hold of a reentrant lock, by its own token (the
+// Lease's Token is the owner ID).
+type reentrantHold struct {
+	r     *Reentrant
+	token string
+}
 
 func (h reentrantHold) extend(ctx context.Context, ttl time.Duration) (bool, error) {
-	n, err := reentrantExtendScript.Run(ctx, h.r.c.rdb, []string{h.r.key}, h.r.owner, ttl.Milliseconds()).Int64()
+	n, err := reentrantExtendScript.Run(ctx, h.r.c.rdb, []string{h.r.key}, h.r.owner, ttl.Milliseconds(), h.token).Int64()
 	return n == 1, err
 }
 
 func (h reentrantHold) release(ctx context.Context) (bool, error) {
-	n, err := reentrantUnlockScript.Run(ctx, h.r.c.rdb, []string{h.r.key}, h.r.owner, h.r.channel).Int64()
+	n, err := reentrantUnlockScript.Run(ctx, h.r.c.rdb, []string{h.r.key}, h.r.owner, h.r.channel, h.token).Int64()
 	return n >= 0, err
 }
 
 func (h reentrantHold) pttl(ctx context.Context) (int64, error) {
-	res, err := reentrantPTTLScript.Run(ctx, h.r.c.rdb, []string{h.r.key}, h.r.owner).Int64Slice()
+	res, err := reentrantPTTLScript.Run(ctx, h.r.c.rdb, []string{h.r.key}, h.r.owner, h.token).Int64Slice()
 	if err != nil {
 		return 0, err
 	}
