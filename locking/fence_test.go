@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotcron/slotcron/internal/redistest"
 	"github.com/slotcron/slotcron/locking"
 )
 
@@ -14,7 +15,8 @@ import (
 // had, and a store that refuses lower fences let the paused former owner's
 // writes through. A fence is now at least Redis's clock in µs.
 func TestFenceGrowsAfterRedisLosesData(t *testing.T) {
-	srv, _, lk := setup(t)
+	srv := redistest.StartOwned(t) // restarted below: never a shared REDIS_ADDR
+	lk := locking.New(srv.Client())
 	ctx := context.Background()
 	key := srv.Key("fence-restart")
 	var last int64

@@ -105,6 +105,17 @@ func (s *Scheduler) checkShards(ctx context.Context) {
 	}
 }
 
+// runDataLoss reports, as dataLoss does, that Redis lost the record of a
+// run of this replica, once per run: its renewal and its finish may both
+// find it, in either order.
+func (s *Scheduler) runDataLoss(l slot.Lease, why string, attrs ...any) {
+	if _, reported := s.lostRuns.LoadOrStore(l.Token(), true); reported {
+		s.log.Warn("Redis lost data: "+why+" (reported already for this run)", attrs...)
+		return
+	}
+	s.dataLoss(why, attrs...)
+}
+
 // dataLoss reports, loudly, that Redis lost data this replica relied on.
 func (s *Scheduler) dataLoss(why string, attrs ...any) {
 	s.offsetMu.Lock()

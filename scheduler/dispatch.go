@@ -669,8 +669,13 @@ func (r *runner) claimBatch(ctx context.Context, batch []*pending) (answered boo
 	// running, to be recorded abandoned by a takeover though it never
 	// started. Their answers are applied as any other: a won slot runs,
 	// within the shutdown grace. The stop waits for them, at most the
-	// claim timeout.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.cfg.claimTimeout)
+	// claim timeout. A batch not sent before the stop is not sent: its
+	// claims fail at once, as cut off.
+	base := ctx
+	if ctx.Err() == nil {
+		base = context.WithoutCancel(ctx)
+	}
+	cctx, cancel := context.WithTimeout(base, r.s.cfg.claimTimeout)
 	results, err := r.s.claimer.Claim(cctx, claims)
 	cancel()
 	if err != nil { // the batch itself was refused, nothing sent: a bug, not Redis

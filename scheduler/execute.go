@@ -118,6 +118,13 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 	}
 	r.s.tel.ran(j.metrics, string(state), took)
 	ferr := st.finishing(state, func() error { return r.finish(log, j.metrics, lease, state, text, result()) })
+	if errors.Is(ferr, slot.ErrDataLoss) {
+		r.s.runDataLoss(lease, "a finished run's slot record is gone, or another run's took its place", "slotcron.job", j.Name,
+			"slotcron.slot", run.Slot.UTC().Format(time.RFC3339), "state", string(state), "error", ferr)
+		if !errors.Is(ferr, slot.ErrNotHeld) {
+			ferr = nil // the record was gone, and now holds the run's end: the run is reported as finished too
+		}
+	}
 	switch {
 	case ferr == nil:
 		level := slog.LevelInfo
@@ -138,11 +145,7 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 		case slot.StateAbandoned:
 			r.s.emit(slotEvent(EventAbandoned, claimOf(j, lease), run.Attempt, run.Fence, run.RunID, text))
 		}
-	case errors.Is(ferr, slot.ErrDataLoss) && errors.Is(context.Cause(lease.Context()), slot.ErrDataLoss):
-		log.Warn("job finished, but Redis had lost its slot's record, as a renewal found (reported then)", "state", string(state), "error", ferr)
-	case errors.Is(ferr, slot.ErrDataLoss):
-		r.s.dataLoss("a finished run's slot record is gone, or another run's took its place", "slotcron.job", j.Name,
-			"slotcron.slot", run.Slot.UTC().Format(time.RFC3339), "state", string(state), "error", ferr)
+	case errors.Is(ferr, slot.ErrDataLoss): // reported above
 	case errors.Is(ferr, slot.ErrUnreplicated):
 		r.s.tel.recordUnreplicated(j.Name)
 		log.Error("job finished, but fewer replicas acknowledged its record than wait_replicas asks: a failover now could lose the record",

@@ -116,7 +116,7 @@ func (rn *renewer) renewAll(ctx context.Context) bool {
 			rn.remove(l) // the run records the loss itself
 			rn.s.tel.renewal("lost")
 			if errors.Is(err, slot.ErrDataLoss) {
-				rn.s.dataLoss("a running slot's record is gone, or another run's took its place", "slotcron.job", l.Job(),
+				rn.s.runDataLoss(l, "a running slot's record is gone, or another run's took its place", "slotcron.job", l.Job(),
 					"slotcron.slot", l.Slot().UTC().Format(time.RFC3339), "error", err)
 			}
 		default:

@@ -58,6 +58,9 @@ type Scheduler struct {
 	tel     *telemetry
 	started atomic.Bool
 
+	// lostRuns holds the tokens of the runs whose record Redis lost, as
+	// reported (runDataLoss): a few, only after a loss.
+	lostRuns sync.Map
 	offsetMu sync.Mutex
 	offset   time.Duration // the last measured offset of Redis's clock from ours
 	rtt      time.Duration // the last probe's round trip
