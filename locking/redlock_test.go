@@ -45,6 +45,19 @@ func holders(clients []*redis.Client, key, token string) int {
 	return n
 }
 
+// onAllNodes waits until every node holds token at key: Obtain returns on
+// a quorum, and the last SETs land after it.
+func onAllNodes(t *testing.T, clients []*redis.Client, key, token string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second) // only a guard against a hang
+	for holders(clients, key, token) != len(clients) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is not on all %d nodes after 5s", key, len(clients))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestRedlockWorksWithTwoNodesStopped(t *testing.T) {
 	servers, clients, rl := fiveNodes(t)
 	servers[0].Stop()
@@ -188,13 +201,7 @@ func TestRedlockMinorityCannotHold(t *testing.T) {
 	}
 	// Obtain returns on a quorum; let the last two SETs land before the
 	// restarts, or go-redis retries them onto the fresh servers.
-	deadline := time.Now().Add(5 * time.Second) // only a guard against a hang
-	for holders(clients, "contested", a.Token()) != 5 {
-		if time.Now().After(deadline) {
-			t.Fatal("A's key is not on all 5 nodes after 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	onAllNodes(t, clients, "contested", a.Token())
 	servers[0].Restart()
 	servers[1].Restart()
 	b, err := rl.Obtain(ctx, "contested", 10*time.Second)
@@ -290,13 +297,7 @@ func TestRedlockTTLCountsNoFailedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second) // only a guard against a hang
-	for holders(clients, "ttl", l.Token()) != 5 {
-		if time.Now().After(deadline) {
-			t.Fatal("the key is not on all 5 nodes after 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	onAllNodes(t, clients, "ttl", l.Token())
 	if err := clients[2].Del(ctx, "ttl").Err(); err != nil {
 		t.Fatal(err)
 	}

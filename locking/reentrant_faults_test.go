@@ -1,12 +1,8 @@
 package locking_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
-	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,102 +12,39 @@ import (
 	"github.com/slotcron/slotcron/locking"
 )
 
-// replyDropper is a TCP proxy in front of Redis. Once armed, it lets the next
-// command that contains "EVALSHA" reach Redis, and then closes that client
-// connection instead of forwarding the reply: the command ran, the client saw
-// EOF (a reply lost on the network). go-redis retries on EOF (MaxRetries 3 by
-// default), so the script runs a second time on a fresh connection.
-type replyDropper struct {
-	ln    net.Listener
-	to    string
+// sentAgain is a hook that, once armed, runs the next script call twice,
+// as go-redis does with a call whose reply was lost (it retries a call cut
+// off by EOF or a read timeout, MaxRetries 3 by default): the caller sees
+// the second run's answer.
+type sentAgain struct {
+	processOnly
 	armed atomic.Bool
-	wg    sync.WaitGroup
 }
 
-func newReplyDropper(t *testing.T, to string) *replyDropper {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &replyDropper{ln: ln, to: to}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
-	return p
-}
-
-func (p *replyDropper) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.to)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		var drop atomic.Bool
-		p.wg.Add(2)
-		go func() { // client -> server
-			defer p.wg.Done()
-			defer s.Close()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					if bytes.Contains(bytes.ToLower(buf[:n]), []byte("evalsha")) && p.armed.CompareAndSwap(true, false) {
-						drop.Store(true)
-					}
-					if _, werr := s.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
+func (h *sentAgain) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && h.armed.CompareAndSwap(true, false) {
+			if err := next(ctx, cmd); err != nil {
+				return err
 			}
-		}()
-		go func() { // server -> client
-			defer p.wg.Done()
-			defer c.Close()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := s.Read(buf)
-				if n > 0 {
-					if drop.Load() {
-						return // the reply is lost: close the client's connection
-					}
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					if err != io.EOF {
-						return
-					}
-					return
-				}
-			}
-		}()
+		}
+		return next(ctx, cmd)
 	}
 }
 
 // TestReentrantReleaseSentAgainGivesUpNoOtherHold: an owner has two holds;
-// the reply to the first hold's Release is lost (EOF), and go-redis sends
-// the unlock script again. The lock counted holds per owner, so the second
+// the reply to the first hold's Release is lost, and go-redis sends the
+// unlock script again (sentAgain). The lock counted holds per owner, so the second
 // run gave up the second hold too: the lock was deleted while that hold's
 // Lease still reported it held, and another owner took it. Each hold now
 // has a token of its own.
 func TestReentrantReleaseSentAgainGivesUpNoOtherHold(t *testing.T) {
 	srv, rdb, _ := setup(t)
 	ctx := context.Background()
-	p := newReplyDropper(t, srv.Addr())
-	opts := srv.Options()
-	opts.Addr = p.ln.Addr().String() // go-redis's default MaxRetries (3), as a user's client has
-	prdb := redis.NewClient(opts)
+	again := &sentAgain{}
+	prdb := redis.NewClient(srv.Options())
 	defer prdb.Close()
+	prdb.AddHook(again)
 	key := srv.Key("reentrant-lost-reply")
 	r := locking.New(prdb).Reentrant(key, "owner")
 
@@ -132,10 +65,10 @@ func TestReentrantReleaseSentAgainGivesUpNoOtherHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h2.Release(ctx)
-	p.armed.Store(true)
-	err = h1.Release(ctx) // ErrNotHeld (its retry found it gone: the README's limits) or nil
-	if p.armed.Load() {
-		t.Fatal("the Release did not pass through the proxy: the test shows nothing")
+	again.armed.Store(true)
+	err = h1.Release(ctx) // ErrNotHeld: the second run found the hold gone (the README's limits)
+	if again.armed.Load() {
+		t.Fatal("the Release sent no script: the test shows nothing")
 	}
 	if n, herr := locking.New(rdb).Reentrant(key, "owner").Holds(ctx); herr != nil || n != 1 {
 		t.Fatalf("after h1's Release with its reply lost (%v): the owner has %d holds (%v), want 1: h2's", err, n, herr)

@@ -80,8 +80,8 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention, at
     -- The lease proves the record this run's, yet it is gone: Redis lost it
     -- alone (evicted: it has a TTL, the job's state none). The run did
     -- start, so its end is written all the same, and the loss said. (A
-    -- record another claim wrote since, a skipped one, is written over
-    -- unseen: the run's renewals see it, a finish does not look, which
+    -- record another claim wrote since, skipped, paused or missed, is
+    -- written over unseen: a renewal sees it, a finish does not look, which
     -- would cost every finish a read.)
     redis.call('SET', rec, head .. now_s .. tail, 'PX', retention)
     lost = {1, 'gone'}
