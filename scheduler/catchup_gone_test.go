@@ -127,7 +127,7 @@ func TestAKilledReplicasCatchupPastTheRetentionIsLoud(t *testing.T) {
 		r1 := h.start("r1", reg(), table)
 		time.Sleep(40 * time.Second)
 		r1.net.freeze()
-		time.Sleep(90 * time.Second) // stale, not yet removed (ten stale windows after its last heartbeat)
+		time.Sleep(90 * time.Second) // stale, not yet removed (15 minutes after its last heartbeat)
 		var logs lines
 		metrics := sdkmetric.NewManualReader()
 		h.start("r2", reg(), table, scheduler.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))),

@@ -121,19 +121,28 @@ func TestAKilledReplicasCatchupIsLeftToAPeerThatHoldsIt(t *testing.T) {
 // record. The successor's first heartbeat may fail after its script ran:
 // in its second round trip, or with the script's reply lost; the slots
 // must be recorded all the same (before, the heartbeat that replaced the
-// entry was its only read, and either failure lost it).
+// entry was its only read, and either failure lost it). A successor that
+// starts 3 minutes later (a lost host's pod rescheduled, a crash loop's
+// backoff: past ten stale windows, when the entry used to be removed, by
+// the successor's own first heartbeat) does the same.
 func TestAKilledReplicasSuccessorRecordsItsCatchup(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		fail, lose bool
-	}{{"its first heartbeat answered", false, false}, {"the lists failed", true, false}, {"the reply lost", true, true}} {
+		gap        time.Duration // from the kill to the successor's start
+	}{
+		{"its first heartbeat answered", false, false, 20 * time.Second},
+		{"the lists failed", true, false, 20 * time.Second},
+		{"the reply lost", true, true, 20 * time.Second},
+		{"started again 3 minutes later", false, false, 3 * time.Minute},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			bubble(t, func(t *testing.T, h *harness) {
 				last, table, reg := catchupOutage(t, h)
 				r1 := h.start("r1", reg(), table)
 				time.Sleep(40 * time.Second)
 				r1.net.freeze()
-				time.Sleep(20 * time.Second) // its heartbeat is stale
+				time.Sleep(c.gap) // its heartbeat is stale
 				f := &failFirstHeartbeat{lose: c.lose}
 				f.failed.Store(!c.fail)
 				h.startWith("r1", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { f.Store = s; return f }}, reg(), table)

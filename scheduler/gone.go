@@ -24,7 +24,7 @@ func goneReason(replica string) string {
 // already holds the live slots that ran meanwhile, so no later start plans
 // those slots again: they would keep no record. Its entry stays in the
 // registry, stale, with the range it last published (slot.Registry.Gone),
-// until it is removed ten stale windows later; a live replica of the same
+// until it is removed 15 minutes later (slotstore.GoneKept); a live replica of the same
 // table, or the killed one's successor under its ID, reads it there.
 //
 // It leaves alone the slots that this replica or a live peer holds in its

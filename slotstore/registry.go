@@ -89,7 +89,7 @@ func (s *Store) Heartbeat(ctx context.Context, me slot.Replica, stale time.Durat
 	}
 	slices.Sort(jobs)
 	cmds := s.batch(ctx, []call{
-		{heartbeatScript, []string{s.registryKey()}, []any{me.ID, me.Instance, string(desc), stale.Milliseconds()}},
+		{heartbeatScript, []string{s.registryKey()}, []any{me.ID, me.Instance, string(desc), stale.Milliseconds(), GoneKept.Milliseconds()}},
 		{deploymentsScript, []string{DeploymentsKey}, []any{s.prefix, strings.Join(jobs, ","), stale.Milliseconds()}},
 	})
 	vals, err := cmds[0].Slice()
@@ -195,6 +195,17 @@ func (s *Store) syncLists(ctx context.Context, id, table, list string, pruned []
 	return nil
 }
 
+// GoneKept is how long the registry keeps the entry of a replica that
+// stopped heartbeating mid catch-up (its catch-up range, for a peer or its
+// successor to record what it had not reached), where an entry with none
+// goes after ten stale windows: a replica killed alone (a lost host, whose
+// pod Kubernetes starts elsewhere 5 minutes on; a crash loop's backoff, at
+// most 5 minutes) starts again later than that, and only it reads the
+// entry then. Not longer: a replica that starts later reads the entry
+// again, and a slot of it whose record has expired since (a retention
+// shorter than this) is reported as keeping none (settle's check).
+const GoneKept = 15 * time.Minute
+
 // Registry reads the deployment's live replicas (seen within stale), and
 // the stale ones that publish a catch-up (Gone), without publishing
 // anything. One round trip.
@@ -218,7 +229,7 @@ func (s *Store) Registry(ctx context.Context, stale time.Duration) (slot.Registr
 		switch {
 		case reg.Now.Sub(rep.Seen) < stale:
 			reg.Replicas = append(reg.Replicas, rep)
-		case len(rep.Catchup) > 0 && reg.Now.Sub(rep.Seen) <= 10*stale: // as the heartbeat script reads it
+		case len(rep.Catchup) > 0 && reg.Now.Sub(rep.Seen) <= max(10*stale, GoneKept): // as the heartbeat script reads it
 			reg.Gone = append(reg.Gone, rep)
 		}
 	}

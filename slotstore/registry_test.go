@@ -279,11 +279,13 @@ func TestHeartbeatCatchup(t *testing.T) {
 
 // TestHeartbeatGone: a stale entry that publishes a catch-up (its replica
 // stopped heartbeating mid catch-up, without leaving) comes back as Gone,
-// through Heartbeat and Registry, until it is removed ten stale windows
-// on; so does a stale predecessor's entry under the heartbeating replica's
-// own ID, read before the new one replaces it. A live entry, a stale one
-// with no catch-up, and one that left are not gone; one that does not
-// parse is skipped.
+// through Heartbeat and Registry, until it is removed GoneKept on (where
+// one with no catch-up goes ten stale windows on); so does a stale
+// predecessor's entry under the heartbeating replica's own ID, read before
+// the new one replaces it, however long ago it was seen within GoneKept (a
+// replica killed alone that starts again after ten stale windows settles
+// its own catch-up). A live entry, a stale one with no catch-up, and one
+// that left are not gone; one that does not parse is skipped.
 func TestHeartbeatGone(t *testing.T) {
 	_, rdb, s := newSlots(t)
 	ctx := context.Background()
@@ -301,8 +303,9 @@ func TestHeartbeatGone(t *testing.T) {
 	rdb.HSet(ctx, key,
 		"killed", entry("k-1", 2*stale, true),
 		"quiet", entry("q-1", 2*stale, false),
-		"ancient", entry("a-1", 11*stale, true),
-		"me", entry("old", 3*stale, true))
+		"idle", entry("i-1", 11*stale, false),
+		"ancient", entry("a-1", slotstore.GoneKept+stale, true),
+		"me", entry("old", 11*stale, true))
 	live := slot.Replica{ID: "live", Instance: "l-1", Started: time.Now(), Table: "t",
 		Catchup: map[string]slot.CatchupRange{"report": {From: from, To: to}}}
 	leaving := slot.Replica{ID: "leaving", Instance: "v-1", Started: time.Now(), Table: "t", Catchup: live.Catchup}
@@ -351,8 +354,8 @@ func TestHeartbeatGone(t *testing.T) {
 			}
 		}
 	}
-	if rdb.HExists(ctx, key, "ancient").Val() {
-		t.Error("an entry ten stale windows old is still there")
+	if rdb.HExists(ctx, key, "ancient").Val() || rdb.HExists(ctx, key, "idle").Val() {
+		t.Error("an entry with a catch-up older than GoneKept, or one with none ten stale windows old, is still there")
 	}
 	// The predecessor's entry that me/new replaced stays readable as gone,
 	// by every replica, at every heartbeat: the reply that carried it may
