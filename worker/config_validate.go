@@ -119,7 +119,7 @@ func (c *Config) validate(d *decoder) {
 			bad("tracing.ui_url", "%q is not an http:// or https:// URL (Jaeger's UI: http://jaeger:16686)", u)
 		}
 	}
-	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 {
+	if !(c.Tracing.SampleRatio >= 0 && c.Tracing.SampleRatio <= 1) { // NaN (YAML's .nan) too
 		bad("tracing.sample_ratio", "must be within [0, 1], got %v", c.Tracing.SampleRatio)
 	}
 	c.Alerts.validate(bad)

@@ -56,10 +56,14 @@ func describeSchedule(expr string) string {
 		parts = append(parts, timeParts(sec, min, hour)...)
 	}
 	var days []string
-	if dom != "*" && dom != "?" {
+	// With both day fields restricted, cron runs on either (robfig's and
+	// Vixie cron's rule): "0 0 12 13 * FRI" is every Friday and every 13th.
+	switch domSet, dowSet := dom != "*" && dom != "?", dow != "*" && dow != "?"; {
+	case domSet && dowSet:
+		days = append(days, "on day "+dom+" of the month or on "+weekdays(dow))
+	case domSet:
 		days = append(days, "on day "+dom+" of the month")
-	}
-	if dow != "*" && dow != "?" {
+	case dowSet:
 		days = append(days, "on "+weekdays(dow))
 	}
 	if mon != "*" {

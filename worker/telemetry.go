@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"strings"
 
@@ -97,7 +98,7 @@ func traceExporter(ctx context.Context, cfg TracingConfig) (sdktrace.SpanExporte
 	case ExporterOTLPHTTP:
 		opt := otlptracehttp.WithEndpoint(cfg.Endpoint)
 		if url {
-			opt = otlptracehttp.WithEndpointURL(cfg.Endpoint)
+			opt = otlptracehttp.WithEndpointURL(tracesURL(cfg.Endpoint))
 		}
 		opts := []otlptracehttp.Option{opt}
 		if _, https, _ := endpointHost(cfg.Endpoint); !https {
@@ -120,4 +121,17 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 		errs = append(errs, f(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// tracesURL is an OTLP/HTTP endpoint URL with the traces path, /v1/traces,
+// when it has no path: the exporter would post to "/" (where Jaeger and
+// collectors answer 404), where the config's http://host:4318 means the
+// receiver.
+func tracesURL(endpoint string) string {
+	u, err := neturl.Parse(endpoint)
+	if err != nil || (u.Path != "" && u.Path != "/") {
+		return endpoint // the exporter reports what it cannot parse
+	}
+	u.Path = "/v1/traces"
+	return u.String()
 }
