@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -167,8 +169,8 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 		fmt.Fprintln(out, line)
 	}
 	var summary []string
-	for st, n := range states {
-		summary = append(summary, fmt.Sprintf("%d %s", n, st))
+	for _, st := range slices.Sorted(maps.Keys(states)) {
+		summary = append(summary, fmt.Sprintf("%d %s", states[st], st))
 	}
 	fmt.Fprintf(out, "backfill %s: ran %d of %d (%s)\n", job, ran, len(gaps), strings.Join(summary, ", "))
 	if err != nil {
@@ -177,6 +179,10 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 	}
 	if failed > 0 {
 		fmt.Fprintf(stderr, "worker backfill: the claims of %d slots failed (above)\n", failed)
+		return 1
+	}
+	if notDone := ran - states[slot.StateDone]; notDone > 0 { // failed, abandoned, or left running: the work is not done
+		fmt.Fprintf(stderr, "worker backfill: %d of the %d slots it ran did not end done (above)\n", notDone, ran)
 		return 1
 	}
 	return 0
