@@ -33,18 +33,7 @@ import (
 func TestBackfillFillsExactlyTheGaps(t *testing.T) {
 	srv := redistest.StartOwned(t)
 	rdb := srv.Client()
-	path := writeConfig(t, fmt.Sprintf(`redis:
-  addrs: [%q]
-  key_prefix: bf
-http:
-  listen: ""
-shutdown_grace: 1s
-jobs:
-  - name: tick
-    schedule: "@every 1s"
-    catchup: none
-    catchup_window: 5s
-`, srv.Addr()))
+	path := tickConfig(t, srv.Addr(), "bf")
 	register := func(reg *jobs.Registry, env Env) error {
 		return reg.Register("tick", func(ctx context.Context, run jobs.Run) error {
 			return env.Redis.RPush(ctx, "bf:ran", run.Slot.Unix()).Err()
@@ -298,5 +287,50 @@ jobs:
 		if s == strconv.FormatInt(from.Unix(), 10) || s == strconv.FormatInt(to.Unix(), 10) {
 			t.Errorf("slot %s ran; want no run (no claim was answered won)", s)
 		}
+	}
+}
+
+// tickConfig writes a worker config of one job, tick, due every second,
+// under prefix on the Redis at addr.
+func tickConfig(t *testing.T, addr, prefix string) string {
+	return writeConfig(t, fmt.Sprintf(`redis:
+  addrs: [%q]
+  key_prefix: %s
+http:
+  listen: ""
+shutdown_grace: 1s
+jobs:
+  - name: tick
+    schedule: "@every 1s"
+    catchup: none
+    catchup_window: 5s
+`, addr, prefix))
+}
+
+// TestBackfillWhoseRunsFailExitsNonZero: every slot a backfill runs fails.
+// The command did not do the work it was asked for, yet it exits 0, as if
+// it had; trigger exits 1 for the same outcome ("1 when it ran here and
+// failed"), so a script that runs backfill cannot tell.
+func TestBackfillWhoseRunsFailExitsNonZero(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	path := tickConfig(t, srv.Addr(), "bffail")
+	register := func(reg *jobs.Registry, env Env) error {
+		return reg.Register("tick", func(ctx context.Context, run jobs.Run) error {
+			return errors.New("the upstream API refused the export")
+		})
+	}
+	startWorkers(t, path, register, "w0") // a live replica, as backfill requires
+
+	from := time.Now().Add(-time.Hour).Truncate(time.Second)
+	to := from.Add(2 * time.Second)
+	var out, errb bytes.Buffer
+	code := Command(context.Background(), []string{"backfill", "tick", "-from", from.UTC().Format(time.RFC3339),
+		"-to", to.UTC().Format(time.RFC3339), "-config", path}, register, &out, &errb)
+	t.Logf("exit %d\nstdout:\n%s", code, out.String())
+	if !strings.Contains(out.String(), "ran: failed") {
+		t.Fatalf("want the backfilled runs to fail; stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+	}
+	if code == 0 {
+		t.Errorf("backfill exited 0 although every slot it ran failed")
 	}
 }

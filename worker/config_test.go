@@ -147,6 +147,7 @@ func TestValidationMessages(t *testing.T) {
 		{"no events", "alerts:\n  webhooks: [\"http://127.0.0.1:9/hook\"]\n  events: []\n" + minimal, []string{`config.yaml:3: alerts.events: an empty list: leave the field out for every event, or list some (to send none, leave alerts.webhooks empty)`}},
 		{"bad exporter", "tracing:\n  exporter: jaeger\n" + minimal, []string{`config.yaml:2: tracing.exporter: must be otlp-grpc, otlp-http, stdout or none, got "jaeger"`}},
 		{"bad sample ratio", "tracing:\n  sample_ratio: 1.5\n" + minimal, []string{`config.yaml:2: tracing.sample_ratio: must be within [0, 1], got 1.5`}},
+		{"NaN sample ratio", "tracing:\n  sample_ratio: .nan\n" + minimal, []string{`config.yaml:2: tracing.sample_ratio: must be within [0, 1], got NaN`}},
 		{"negative grace", "shutdown_grace: -1s\n" + minimal, []string{`config.yaml:1: shutdown_grace: must be >= 0, got -1s`}},
 		{"no jobs", "jobs: []\n", []string{`config.yaml:1: jobs: the cron table is empty; registered jobs: lottery, report`}},
 		{"replica ID with a space", "replica_id: \"a b\"\n" + minimal, []string{`config.yaml:1: replica_id: a replica's ID may hold no space or control character: "a b" has ' ' at byte 1`}},
