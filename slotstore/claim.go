@@ -267,8 +267,15 @@ func (s *Store) parseClaim(ctx context.Context, c slot.Claim, token, runID strin
 		res.Reason = r.str(1)
 	case "old":
 		res.Outcome = ""
-		res.Err = fmt.Errorf("slotstore: claim %s@%d: %w: %v after the slot on Redis's clock, and its retention (%v) less the claim's MaxEarly (%v) is %v",
-			c.Job, c.Slot.Unix(), slot.ErrPastRetention, time.Duration(r.int(1))*time.Millisecond, c.Retention, c.MaxEarly, c.Retention-c.MaxEarly)
+		late, kept := time.Duration(r.int(1))*time.Millisecond, time.Duration(r.int(2))*time.Millisecond
+		if kept >= c.Retention {
+			res.Err = fmt.Errorf("slotstore: claim %s@%d: %w: %v after the slot on Redis's clock, and its retention (%v) less the claim's MaxEarly (%v) is %v",
+				c.Job, c.Slot.Unix(), slot.ErrPastRetention, late, c.Retention, c.MaxEarly, c.Retention-c.MaxEarly)
+			break
+		}
+		res.Err = fmt.Errorf("slotstore: claim %s@%d: %w: %v after the slot on Redis's clock, and the job's records were written lately with a retention of %v, shorter than this claim's (%v): "+
+			"a record of the slot may have been kept only that long (a retention raised since, or a replica of another config); less the claim's MaxEarly (%v), it is %v",
+			c.Job, c.Slot.Unix(), slot.ErrPastRetention, late, kept, c.Retention, c.MaxEarly, kept-c.MaxEarly)
 	case slot.OutcomeAlive:
 		res.Wait = r.ms(1)
 	case slot.OutcomeAbandoned:

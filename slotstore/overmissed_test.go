@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -280,6 +282,67 @@ func TestBackfillClaimOfAMissedSlotIsBounded(t *testing.T) {
 	}
 	if v := rawRecord(t, rdb, s, "b", old); v != missed {
 		t.Fatalf("a refused backfill claim changed the missed record:\n%q\nto\n%q", missed, v)
+	}
+}
+
+// TestBackfillAfterARetentionRaise: a record is kept for the retention it
+// was written with. After the job's retention was raised from 1m to 1h, a
+// backfill claim (retention 1h) of a slot that ran under the old one, 90s
+// ago, whose record has expired since (deleted here, as its expiry would),
+// is refused, recording nothing: its record may have been kept only 1m.
+// The same claim of a job whose records were all written with 1h wins: the
+// missing record there proves that the slot never ran. A slot 30s old is
+// within even the old retention less MaxEarly: a backfill claim finds its
+// record and loses.
+func TestBackfillAfterARetentionRaise(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Second)
+	ran := func(job string, at time.Time, retention time.Duration) {
+		t.Helper()
+		c := live(job, at, "w0")
+		c.Kind, c.Deadline, c.Retention = slot.ClaimCatchup, time.Time{}, retention
+		r := claimOne(t, s, c)
+		if r.Outcome != slot.OutcomeWon {
+			t.Fatalf("%s: the run's claim: %+v", job, r)
+		}
+		if err := finish(s, r.Lease, slot.StateDone, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expire := func(job string, at time.Time) {
+		t.Helper()
+		if err := rdb.Del(ctx, slotstore.RecordKey(s.Prefix(), job, at)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, recent := now.Add(-90*time.Second), now.Add(-30*time.Second)
+
+	ran("raised", old, time.Minute)
+	ran("raised", recent, time.Minute)
+	expire("raised", old)
+	ran("raised", now.Add(-10*time.Second), time.Hour) // the first run with the new retention
+	res, err := s.Claim(ctx, []slot.Claim{fill("raised", old, "bf")})
+	if err != nil || !errors.Is(res[0].Err, slot.ErrPastRetention) || res[0].Outcome != "" || !strings.Contains(res[0].Err.Error(), "retention of 1m0s") {
+		t.Errorf("a backfill claim (retention 1h) of a slot 90s old that ran under a retention of 1m: %+v, %v; want Err wrapping ErrPastRetention, naming 1m0s", res, err)
+	} else {
+		t.Logf("refused: %v", res[0].Err)
+	}
+	if ok, _ := rdb.Exists(ctx, slotstore.RecordKey(s.Prefix(), "raised", old)).Result(); ok != 0 {
+		t.Errorf("the refused backfill claim left a record")
+	}
+	if r := claimOne(t, s, fill("raised", recent, "bf")); r.Outcome != slot.OutcomeLost || r.State != slot.StateDone {
+		t.Errorf("a backfill claim of a slot 30s old that ran: %+v; want lost to its done record", r)
+	}
+	marks, err := rdb.HGet(ctx, stateKey(s, "raised"), "rets").Result()
+	if err != nil || !regexp.MustCompile(`^60000:\d{13} 3600000:\d{13}$`).MatchString(marks) {
+		t.Errorf("the job's retention marks: %q, %v; want 1m's and 1h's", marks, err)
+	}
+
+	ran("kept", old, time.Hour)
+	expire("kept", old)
+	if r := claimOne(t, s, fill("kept", old, "bf")); r.Outcome != slot.OutcomeWon {
+		t.Errorf("a backfill claim of a slot 90s old with no record, every record of its job kept 1h: %+v; want won", r)
 	}
 }
 

@@ -83,9 +83,12 @@
 --   {"early", ms}                                nothing recorded: the slot is that far ahead
 --                                                (modes "live", "ahead", "wait"), or its
 --                                                deadline is (mode "expire")
---   {"old", late_ms}                             nothing recorded (mode "wait"): the slot is
---                                                that far behind, past the retention less
---                                                the early limit
+--   {"old", late_ms, kept_ms}                    nothing recorded (mode "wait"): the slot is
+--                                                that far behind, past how long its records
+--                                                are kept less the early limit: the
+--                                                retention, or kept_ms, a shorter one the
+--                                                job's records were written with lately
+--                                                (record_lib.lua's rets)
 local replica = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -184,6 +187,7 @@ local function close(rec, st, ring, j, ref, manual, at, retention, state, why, b
   if r then
     return r
   end
+  marked(st, j[9], retention, now)
   local ef, ends = ended_at(j[7])
   redis.call('HSET', ring, ef, ref)
   if not manual and tonumber(ref) > (tonumber(j[3]) or 0) then
@@ -215,7 +219,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   if not skip then
     lf = 'lease:' .. ref
   end
-  local j = redis.call('HMGET', st, lf, 'fence', 'last', 'running', 'paused_by', 'paused_note', 'ends', 'turn')
+  local j = redis.call('HMGET', st, lf, 'fence', 'last', 'running', 'paused_by', 'paused_note', 'ends', 'turn', 'rets')
   local ltok, lref, luntil, lholder = lease_of(j[1])
   local turn = false
   if skip and j[8] and not (ltok and luntil > now) then
@@ -243,7 +247,18 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   local live = mode == 'live' or mode == 'ahead'
   local limit = tonumber(early)
   local bounded = (live or mode == 'wait') and limit > 0
-  local old = bounded and mode == 'wait' and late > tonumber(retention) - limit
+  -- A slot older than its records are kept (less the early limit) may have
+  -- had a record that expired: the retention, or a shorter one that the
+  -- job's records were written with lately (a retention raised since, a
+  -- replica of another config), from the earliest a record of the slot can
+  -- have been written: the early limit before it, and a minute more for a
+  -- claimant whose max_skew is longer.
+  local keep = 0
+  local old = false
+  if bounded and mode == 'wait' and not manual then
+    keep = kept(j[9], retention, tonumber(ref) * 1000 - limit - mark_ahead)
+    old = late > keep - limit
+  end
   if mode == 'expire' or (bounded and -late > limit) or old then
     local r = peek(rec)
     if r and stands(r, over_missed) then
@@ -253,7 +268,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
       return {'early', tonumber(deadline) - now + 1}
     end
     if old then
-      return {'old', late}
+      return {'old', late, keep}
     end
     return {'early', -late}
   end
@@ -333,6 +348,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
         content = string.sub(content, 1, -5) .. lp(was[1]) .. lp(was[2])
       end
       redis.call('SET', rec, content, 'PX', retention)
+      marked(st, j[9], retention, now)
       r = nil
     elseif not r then
       r = create(rec, content, retention)
@@ -342,6 +358,9 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   end
   if r then
     return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
+  end
+  if not was then
+    marked(st, j[9], retention, now)
   end
   local l = lease(token, ref, until_s)
   if not manual and tonumber(ref) > (tonumber(j[3]) or 0) then

@@ -33,6 +33,9 @@
 --                the slot is settled (taken over, abandoned, or finished by an
 --                owner that was only slow); it lapses if no takeover comes back.
 --   v            "2" once the job's protocol-1 keys were read in (jobstates.lua)
+--   rets         the retentions its records were written with lately: "<retention_ms>:<until_ms>"
+--                pairs, space-separated, one per retention; no record of a slot was
+--                first written with that retention after until_ms (marked)
 
 -- lp is one text field of a record.
 local function lp(s)
@@ -170,6 +173,89 @@ local function next_fence(last, now_us)
     return now_us
   end
   return l + 1
+end
+
+-- mark_ahead is how far past Redis's clock a retention's mark reaches when
+-- it is written: a claim writes the job's state at most once in this time
+-- to keep its retention's mark ahead of the clock.
+local mark_ahead = 60000
+
+-- marked makes the job's retention marks (v: the field's value, or nil)
+-- cover a record written now with retention (ms, a string or a number), so
+-- that a backfill learns when a slot's record may have been kept for less
+-- than its own retention says (kept): a retention raised since, or a
+-- replica of another config. A mark no slot a checker may claim can fall
+-- behind is dropped: one whose until is further back than the longest
+-- retention marked (every slot that old is refused by every mark left). At
+-- most 8 are kept: past that, the two shortest become one, with the
+-- shorter retention and the later until (stricter than both). It writes
+-- nothing when the mark stands ahead of now.
+local function marked(st, v, retention, now)
+  local r = tonumber(retention)
+  if v then -- most often: one retention, marked ahead of now
+    local mr, mu = string.match(v, '^(%d+):(%d+)$')
+    if mr and tonumber(mr) == r and tonumber(mu) >= now then
+      return
+    end
+  end
+  local ms, longest = {}, r
+  if v then
+    for mr, mu in string.gmatch(v, '(%d+):(%d+)') do
+      mr, mu = tonumber(mr), tonumber(mu)
+      ms[#ms + 1] = {mr, mu}
+      if mr > longest then
+        longest = mr
+      end
+    end
+  end
+  local keep, own, changed = {}, false, false
+  for _, m in ipairs(ms) do
+    if m[1] == r then
+      own = true
+      if m[2] < now then
+        m[2], changed = now + mark_ahead, true
+      end
+      keep[#keep + 1] = m
+    elseif now - m[2] > longest then
+      changed = true
+    else
+      keep[#keep + 1] = m
+    end
+  end
+  if not own then
+    keep[#keep + 1], changed = {r, now + mark_ahead}, true
+  end
+  if not changed then
+    return
+  end
+  table.sort(keep, function(a, b) return a[1] < b[1] end)
+  while #keep > 8 do
+    keep[2] = {keep[1][1], math.max(keep[1][2], keep[2][2])}
+    table.remove(keep, 1)
+  end
+  local out = {}
+  for i, m in ipairs(keep) do
+    out[i] = string.format('%.0f:%.0f', m[1], m[2])
+  end
+  redis.call('HSET', st, 'rets', table.concat(out, ' '))
+end
+
+-- kept is how long a record of a slot may have been kept: retention (ms),
+-- or less when the job's retention marks (v) hold a shorter one that
+-- records were written with at or after from (ms: the earliest a record of
+-- the slot can have been written; a mark reaches mark_ahead past its last
+-- write, so from need not allow for that).
+local function kept(v, retention, from)
+  local k = tonumber(retention)
+  if v then
+    for mr, mu in string.gmatch(v, '(%d+):(%d+)') do
+      mr = tonumber(mr)
+      if mr < k and tonumber(mu) >= from then
+        k = mr
+      end
+    end
+  end
+  return k
 end
 
 -- slot_name names a slot's ref for the people who read its records: "slot

@@ -109,7 +109,7 @@ local function settle(rec, st, ring, token, ref, ttl, retention, policy, limit, 
     redis.call('HSET', st, lf, token .. ' ' .. ref .. ' ' .. (now + tonumber(ttl)) .. ' ' .. replica)
     return {'won', tonumber(r.fence), tonumber(r.attempt), r.lease, r.run_id, tonumber(r.started), tonumber(r.at), r.by, r.note}
   end
-  local j = redis.call('HMGET', st, lf, 'fence', 'running', 'ends', 'turn')
+  local j = redis.call('HMGET', st, lf, 'fence', 'running', 'ends', 'turn', 'rets')
   local ltok, lref, luntil, lholder = lease_of(j[1])
   if ltok == r.token and luntil > now then
     return {'alive', luntil - now}
@@ -136,6 +136,7 @@ local function settle(rec, st, ring, token, ref, ttl, retention, policy, limit, 
     local fs = string.format('%.0f', f)
     redis.call('SET', rec, record('running', fs, attempt + 1, now, 0, r.at, r.lease, token, run_id, ref, replica,
       'attempt ' .. attempt .. ' on ' .. r.owner .. ' lost its lease', '', r.by, r.note), 'PX', retention)
+    marked(st, j[6], retention, now)
     redis.call('HSET', st, lf, token .. ' ' .. ref .. ' ' .. (now + tonumber(ttl)) .. ' ' .. replica, 'fence', fs)
     if j[5] and skip then -- this slot's turn, or one that lapsed
       redis.call('HDEL', st, 'turn')
@@ -154,6 +155,7 @@ local function settle(rec, st, ring, token, ref, ttl, retention, policy, limit, 
   -- matches either way: the fence is new).
   redis.call('SET', rec, record('abandoned', fs, attempt, r.started, now, r.at, r.lease, token, r.run_id, ref, r.owner,
     why, r.result, r.by, r.note), 'PX', retention)
+  marked(st, j[6], retention, now)
   local ef, ends = ended_at(j[4])
   redis.call('HSET', ring, ef, ref)
   -- The dead owner's lease goes too, lapsed as it is: were Redis's clock to
