@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -156,6 +157,84 @@ func TestAKilledReplicasSuccessorRecordsItsCatchup(t *testing.T) {
 						started, recorded)
 				}
 				t.Logf("%d started, %d recorded missed by r1's successor", started, recorded)
+			})
+		})
+	}
+}
+
+// TestAKilledLoneReplicasOutageIsRecorded: after an outage of 10 slots, r1
+// starts alone and plans to record missed those its catch-up policy does
+// not run, each once its misfire grace (2 minutes) has passed on Redis's
+// clock. 20 s in, before the first grace has passed, it is cut off for
+// good, and its pod starts again under the same ID once its heartbeat is
+// stale. The job's state holds the live slots r1 ran, so the successor
+// plans none of the outage: it must record missed, from its predecessor's
+// entry, the slots that had no record. Before, r1 published only the slots
+// it had yet to run, so with catchup none it published nothing, and with
+// catchup last only the last: the others kept no record, with nothing
+// said. With a catch-up window of 30 s, the slots older than it are in the
+// outage too.
+func TestAKilledLoneReplicasOutageIsRecorded(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		catchup scheduler.Catchup
+		window  time.Duration
+		runs    int // of the outage's slots, by r1's catch-up
+	}{
+		{"catchup none", scheduler.CatchupNone, 10 * time.Minute, 0},
+		{"catchup last", scheduler.CatchupLast, 10 * time.Minute, 1},
+		{"catchup none, older than the window", scheduler.CatchupNone, 30 * time.Second, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T, h *harness) {
+				table := []scheduler.Job{{Name: "j", Schedule: "@every 10s", Catchup: c.catchup, CatchupWindow: c.window,
+					Overlap: scheduler.OverlapAllow, LeaseTTL: 2 * time.Second, MisfireGrace: 2 * time.Minute}}
+				reg := func() *jobs.Registry {
+					return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", time.Second)})
+				}
+				last := lastRan(t, h, "j", reg(), table)
+				time.Sleep(time.Minute)
+				sleepUntil(time.Unix(last+105, 0)) // slots last+10..last+100 missed
+				r1 := h.start("r1", reg(), table)
+				time.Sleep(20 * time.Second) // the first grace ends at last+130
+				r1.net.freeze()
+				time.Sleep(20 * time.Second) // its heartbeat is stale
+				h.start("r1", reg(), table)
+				time.Sleep(3 * time.Minute) // the last grace ended at last+220
+				starts := map[int64]int{}
+				for _, s := range h.starts("starts") {
+					starts[s.slot]++
+				}
+				ran, recorded := 0, 0
+				for at := last + 10; at <= last+100; at += 10 {
+					rec, ok := h.record("j", at)
+					switch {
+					case !ok:
+						t.Errorf("slot %d, in r1's outage, has no record", at)
+					case starts[at] > 1:
+						t.Errorf("slot %d started %d times", at, starts[at])
+					case starts[at] == 1:
+						ran++
+					case rec.State == slot.StateMissed && strings.Contains(rec.Error, "r1 stopped heartbeating before its catch-up reached it"):
+						recorded++
+					default:
+						t.Errorf("slot %d: %s %q, %d starts", at, rec.State, rec.Error, starts[at])
+					}
+				}
+				if ran != c.runs || recorded != 10-c.runs {
+					t.Errorf("%d of the outage's slots ran, %d were recorded missed by r1's successor; want %d and %d", ran, recorded, c.runs, 10-c.runs)
+				}
+				// The successor's own outage (the slots of r1's kill) is
+				// answered too: it publishes no range any more.
+				reg2, err := h.store.Registry(context.Background(), 3*scheduler.DefaultHeartbeatEvery)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range reg2.Replicas {
+					if p.ID == "r1" && reg2.Now.Sub(p.Seen) < 3*scheduler.DefaultHeartbeatEvery && len(p.Catchup) > 0 {
+						t.Errorf("r1's successor, its outage answered, still publishes %v", p.Catchup)
+					}
+				}
 			})
 		})
 	}

@@ -180,6 +180,9 @@ func (r *runner) nextDue(ahead time.Duration) time.Time {
 	if len(r.olderJobs) > 0 && (due.IsZero() || r.olderCheck.Before(due)) {
 		due = r.olderCheck
 	}
+	if len(r.outage) > 0 && (due.IsZero() || r.outageCheck.Before(due)) {
+		due = r.outageCheck
+	}
 	if !r.reread.IsZero() && (due.IsZero() || r.reread.Before(due)) {
 		due = r.reread
 	}
@@ -211,6 +214,7 @@ func (r *runner) dispatch(ctx context.Context, now time.Time, ahead time.Duratio
 			r.reread = now.Add(min(time.Second<<min(r.rereadFails-1, 6), runningSweepEvery))
 		}
 	}
+	r.closeOutages(now)
 	var batch []*pending
 	var hedge, backstop time.Duration // measured once, for the first slot that needs them
 	for len(r.next) > 0 && !r.next[0].at.After(now.Add(ahead)) && len(batch) < maxBatch {
@@ -876,13 +880,40 @@ func (r *runner) nextCatchup(now time.Time, j *jobState) {
 	if len(rest) > 0 {
 		rest = rest[1:] // the one in flight
 	}
-	r.s.catchups.set(j.Name, rest)
+	if _, open := r.outage[j]; !open {
+		r.s.catchups.set(j.Name, rest)
+	}
 	if len(rest) == 0 {
 		delete(r.catchup, j)
 		return
 	}
 	r.catchup[j] = rest
 	r.push(now, j, r.claim(slot.ClaimCatchup, j, rest[0]))
+}
+
+// closeOutages ends the outage of each job whose startup's slots are all
+// answered but its catch-up's (the backlog sent, and no claim that records
+// a slot missed waiting in the queue for its misfire grace): from then on
+// the heartbeat publishes the catch-up slots yet to run, if any. It looks
+// at most once a second, reading the whole queue.
+func (r *runner) closeOutages(now time.Time) {
+	if len(r.outage) == 0 || now.Before(r.outageCheck) {
+		return
+	}
+	r.outageCheck = now.Add(time.Second)
+	waiting := map[*jobState]bool{}
+	for _, q := range r.queue {
+		if q.p.claim.Kind == slot.ClaimMiss {
+			waiting[q.p.job] = true
+		}
+	}
+	for j := range r.outage {
+		if _, ok := r.backlog[j]; ok || waiting[j] {
+			continue
+		}
+		delete(r.outage, j)
+		r.s.catchups.set(j.Name, r.catchup[j])
+	}
 }
 
 // peekFirst reads the records of the slots of hedged claims and checks,

@@ -103,6 +103,17 @@ func planStartup(j Job, sched Schedule, st slot.JobState, start time.Time, maxSk
 	return p
 }
 
+// outage is the range of every slot p runs or records missed: the misses,
+// oldest first, come before the slots to run, but the last one missed by
+// catchup last; false when there are none.
+func (p startupPlan) outage() (slot.CatchupRange, bool) {
+	all := slices.Concat(p.miss, p.run)
+	if len(all) == 0 {
+		return slot.CatchupRange{}, false
+	}
+	return slot.CatchupRange{From: slices.MinFunc(all, time.Time.Compare), To: slices.MaxFunc(all, time.Time.Compare)}, true
+}
+
 // older returns the slots of sched in (last, windowFrom], oldest first,
 // that are after expiry: at most limit, the latest. It counts in p those
 // it drops over the limit, and those up to expiry. It keeps no more than

@@ -33,11 +33,20 @@ type runner struct {
 	queue     pendingQueue              // retries, catch-ups, watches
 	backlog   map[*jobState]*backlog    // slots to record missed at start, sent maxBatch at a time
 	catchup   map[*jobState][]time.Time // catch-up slots yet to run, oldest first: the first is in flight
-	watching  map[slotKey]bool
-	batches   aheadMeter        // how long claim batches took, for ahead
-	onTime    map[*jobState]int // jobs whose next slots are claimed at their time, and how many
-	sweeps    []*sweep          // a backstop's looks at slots' records, by due time
-	reread    time.Time         // when every job's running slots are read again (watchAll); zero: before the first pass
+	// outage holds, per job, the range of every slot its startup planned
+	// (to run, or to record missed), while any of them waits: the
+	// heartbeat publishes it, so that a successor or a peer records those
+	// slots if this replica is killed (settleGone). The backlog's and the
+	// misses waiting for their misfire grace are in no catch-up of a
+	// running replica, and no later start plans them. outageCheck is when
+	// closeOutages looks again.
+	outage      map[*jobState]slot.CatchupRange
+	outageCheck time.Time
+	watching    map[slotKey]bool
+	batches     aheadMeter        // how long claim batches took, for ahead
+	onTime      map[*jobState]int // jobs whose next slots are claimed at their time, and how many
+	sweeps      []*sweep          // a backstop's looks at slots' records, by due time
+	reread      time.Time         // when every job's running slots are read again (watchAll); zero: before the first pass
 	// rereadFails counts the reads of the running slots that failed in a row.
 	rereadFails int
 	// laterDue is when the backlog's postponed slots start to go, a stage
@@ -103,6 +112,7 @@ func newRunner(s *Scheduler) *runner {
 		tokenBase: newTokenBase(),
 		catchup:   map[*jobState][]time.Time{},
 		backlog:   map[*jobState]*backlog{},
+		outage:    map[*jobState]slot.CatchupRange{},
 		watching:  map[slotKey]bool{},
 		settled:   map[string]bool{},
 		onTime:    map[*jobState]int{},

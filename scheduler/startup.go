@@ -83,8 +83,11 @@ func (r *runner) startup(ctx context.Context) bool {
 		}
 		if len(p.run) > 0 {
 			r.catchup[j] = p.run // the first in flight
-			r.s.catchups.set(j.Name, p.run)
 			r.push(start, j, r.claim(slot.ClaimCatchup, j, p.run[0]))
+		}
+		if rg, ok := p.outage(); ok {
+			r.outage[j] = rg
+			r.s.catchups.publish(j.Name, rg)
 		}
 		if len(p.miss)+len(p.run) > 0 {
 			level := slog.LevelInfo

@@ -79,8 +79,10 @@ func carrier(peers []slot.Replica, job string, at time.Time) string {
 }
 
 // catchupView is what this replica's heartbeat publishes of its catch-up
-// (slot.Replica.Catchup): per job, the first and last slot it has yet to
-// run. The loop writes it as its catch-up goes; heartbeats read it.
+// (slot.Replica.Catchup): per job, the first and last slot of its
+// startup's outage while any of its slots waits (runner.outage), then the
+// first and last it has yet to run. The loop writes it as its catch-up
+// goes; heartbeats read it.
 type catchupView struct {
 	mu   sync.Mutex
 	jobs map[string]slot.CatchupRange
@@ -98,6 +100,17 @@ func (v *catchupView) set(job string, rest []time.Time) {
 		v.jobs = map[string]slot.CatchupRange{}
 	}
 	v.jobs[job] = slot.CatchupRange{From: rest[0], To: rest[len(rest)-1]}
+}
+
+// publish publishes rg as the job's range: its startup's outage, while any
+// of it waits (runner.outage).
+func (v *catchupView) publish(job string, rg slot.CatchupRange) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.jobs == nil {
+		v.jobs = map[string]slot.CatchupRange{}
+	}
+	v.jobs[job] = rg
 }
 
 // all returns every job's range, however many: what this replica holds.

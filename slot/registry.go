@@ -44,18 +44,23 @@ type Replica struct {
 	// Names are the table's job names, for the registry of deployments;
 	// not published in the replica's entry.
 	Names []string
-	// Catchup is, per job, the catch-up slots the replica has yet to run
-	// (from the one whose claim is in flight to the last), while it catches
-	// up: it claims each in turn, and records missed those it has not
-	// reached when it stops. A replica that stops counts on a live peer's
-	// range rather than record its own unreached slots in it. Nil when it
-	// catches nothing up, and in versions before the field.
+	// Catchup is, per job, the slots of the outage the replica started
+	// after (those it runs and those it records missed) while any of them
+	// waits for its answer, a miss for its misfire grace included; then
+	// the catch-up slots it has yet to run (from the one whose claim is in
+	// flight to the last), while it catches up: it claims each in turn, and
+	// records missed those it has not reached when it stops. A replica that
+	// stops counts on a live peer's range rather than record its own
+	// unreached slots in it; one that sees a replica's entry go stale
+	// records missed the slots of its range that have no record. Nil when
+	// it catches nothing up, and in versions before the field. (Versions
+	// before the outage published only the catch-up slots yet to run.)
 	Catchup map[string]CatchupRange
 }
 
-// CatchupRange is the first and the last of the catch-up slots of a job
-// that a replica has yet to run: the slots of the job's schedule between
-// them, both included.
+// CatchupRange is the first and the last of the slots of a job that a
+// replica has yet to answer (Replica.Catchup): the slots of the job's
+// schedule between them, both included.
 type CatchupRange struct {
 	From, To time.Time
 }
