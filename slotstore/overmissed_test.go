@@ -293,7 +293,8 @@ func TestBackfillClaimOfAMissedSlotIsBounded(t *testing.T) {
 // The same claim of a job whose records were all written with 1h wins: the
 // missing record there proves that the slot never ran. A slot 30s old is
 // within even the old retention less MaxEarly: a backfill claim finds its
-// record and loses.
+// record and loses. So is one whose record a takeover wrote under a
+// retention of 1m, the run's claim under 1h.
 func TestBackfillAfterARetentionRaise(t *testing.T) {
 	_, rdb, s := newSlots(t)
 	ctx := context.Background()
@@ -337,6 +338,20 @@ func TestBackfillAfterARetentionRaise(t *testing.T) {
 	marks, err := rdb.HGet(ctx, stateKey(s, "raised"), "rets").Result()
 	if err != nil || !regexp.MustCompile(`^60000:\d{13} 3600000:\d{13}$`).MatchString(marks) {
 		t.Errorf("the job's retention marks: %q, %v; want 1m's and 1h's", marks, err)
+	}
+
+	// A takeover by a replica whose retention is 1m records the slot of a
+	// run claimed under 1h abandoned, kept 1m.
+	claimOne(t, s, live("taken", old, "dies"))
+	lapse(t, rdb, s, "taken", "lease")
+	tk := takeover("taken", old, "w2", false, 1)
+	tk.Retention = time.Minute
+	if r := claimOne(t, s, tk); r.Outcome != slot.OutcomeAbandoned {
+		t.Fatalf("the takeover: %+v; want abandoned", r)
+	}
+	expire("taken", old)
+	if res, err := s.Claim(ctx, []slot.Claim{fill("taken", old, "bf")}); err != nil || !errors.Is(res[0].Err, slot.ErrPastRetention) {
+		t.Errorf("a backfill claim (retention 1h) of a slot 90s old, recorded abandoned by a takeover under a retention of 1m: %+v, %v; want Err wrapping ErrPastRetention", res, err)
 	}
 
 	ran("kept", old, time.Hour)
