@@ -239,3 +239,52 @@ func TestBackfillSlotsThatAgeOut(t *testing.T) {
 		}
 	})
 }
+
+// TestACatchupBesideAShorterRetention: r2 (retention 1h) catches up 10 slots after an outage, one at a time, each run holding 3
+// minutes. Meanwhile a replica of another config (retention 1m; simulated
+// through the store, as a rolling deploy's old replica would do) runs the
+// second catch-up slot, last+20, at once: its record is written with a
+// retention of 1m, and Redis marks that retention in the job's state. When
+// r2's first run ends, 3 minutes in, that record has expired. r2's bounded
+// catch-up claim of last+20 is refused by Redis (kept: 1m); a catch-up
+// claims such a slot again unbounded only while a record written since it
+// was planned cannot have expired (runner.stale), judged by that 1m, not
+// r2's own 1h: 3 minutes on, it may have, so r2 does not run it. Before
+// (found by a review), r2 judged by its own 1h and ran the slot again.
+func TestACatchupBesideAShorterRetention(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 10s", Catchup: scheduler.CatchupAll, CatchupWindow: 10 * time.Minute,
+			Overlap: scheduler.OverlapAllow, LeaseTTL: 2 * time.Second, MisfireGrace: 5 * time.Second, Retention: time.Hour}}
+		reg := func() *jobs.Registry {
+			return registry(t, map[string]jobs.Func{"j": recorder(h.rdb, "starts", 3*time.Minute)})
+		}
+		last := lastRan(t, h, "j", reg(), table)
+		sleepUntil(time.Unix(last+105, 0))
+		h.start("r2", reg(), table)
+		time.Sleep(5 * time.Second) // r2 runs last+10, for 3 minutes
+
+		// The other config's replica runs last+20 (retention 1m) and finishes.
+		at := time.Unix(last+20, 0)
+		c := slot.Claim{Kind: slot.ClaimCatchup, Job: "j", Slot: at, Replica: "old-config", LeaseTTL: 2 * time.Second,
+			Retention: time.Minute, AllowOverlap: true} // unbounded, as that replica's catch-up claims it once Redis refuses the bound
+		res, err := h.store.Claim(context.Background(), []slot.Claim{c})
+		if err != nil || res[0].Err != nil || res[0].Outcome != slot.OutcomeWon {
+			t.Fatalf("the other config's claim of last+20: %+v %v", res, err)
+		}
+		if err := h.store.Finish(context.Background(), []slot.FinishRequest{{Lease: res[0].Lease, State: slot.StateDone}})[0]; err != nil {
+			t.Fatal(err)
+		}
+
+		time.Sleep(5 * time.Minute) // r2's first run ends at last+285; last+20's record expired at about last+170
+		n := 0
+		for _, s := range h.starts("starts") {
+			if s.slot == last+20 {
+				n++
+			}
+		}
+		if n > 0 {
+			t.Errorf("slot last+20, run and finished done by a replica with a retention of 1m, was started again by r2's catch-up %d time(s) "+
+				"(Redis refused its bounded claim, naming the 1m mark)", n)
+		}
+	})
+}

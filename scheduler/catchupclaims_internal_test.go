@@ -3,6 +3,7 @@ package scheduler
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -210,4 +211,42 @@ func runsWithoutLoop(t *testing.T, r *runner) {
 	go func() { defer loops.Done(); r.finisher.loop(bg) }()
 	t.Cleanup(func() { stop(); loops.Wait() })
 	close(r.loopDone)
+}
+
+// TestOutagesDoNotCrowdOutACatchup: after an outage, a table of 600 jobs,
+// the last by name catchup all and the others catchup none, plans as
+// startup does: each job's outage is in the view, and a heartbeat lists at
+// most maxListedJobs (500). The catch-up job's range, which holds slots to
+// run, must be in every one: a peer that stops gracefully would otherwise
+// record them missed, and this replica, finding the records, would not run
+// them. Before (found by a review), the heartbeat listed an arbitrary 500,
+// and left it out of about one in six.
+func TestOutagesDoNotCrowdOutACatchup(t *testing.T) {
+	sched, err := ParseSchedule("@every 10s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Unix(1_000_000_000, 0)
+	last := start.Add(-105 * time.Second)
+	var v catchupView
+	for i := range 600 {
+		j := Job{Name: fmt.Sprintf("j%03d", i), Catchup: CatchupNone, CatchupWindow: 10 * time.Minute, Retention: time.Hour}
+		if i == 599 { // last by name
+			j.Catchup = CatchupAll
+		}
+		p := planStartup(j, sched, slot.JobState{Last: last}, start, 2*time.Second, olderLimit(600))
+		if rg, ok := p.outage(); ok { // startup.go
+			v.publish(j.Name, rg, len(p.run) > 0)
+		}
+	}
+	missing := 0
+	for range 30 { // 30 heartbeats
+		if _, ok := v.snapshot()["j599"]; !ok {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Errorf("the catch-up job's range was left out of %d of 30 heartbeats: %d jobs' outage ranges in the view (limit %d)",
+			missing, len(v.all()), maxListedJobs)
+	}
 }

@@ -744,7 +744,7 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 		st.slotIs(res.Slot)
 	}
 	d := decide(c, res, r.self)
-	if d.unbounded && r.stale(now, j) {
+	if d.unbounded && r.stale(now, j, res.Kept) {
 		d = decision{outcome: outcomeStale, nextCatchup: true, level: slog.LevelError,
 			msg: "catch-up slot not run: it waited longer than its retention since this replica planned it, so a peer may have run it " +
 				"and its record expired; running it could run it twice, and it keeps no record"}
@@ -846,9 +846,16 @@ func (r *runner) apply(ctx context.Context, now time.Time, p *pending, res slot.
 // with no record then may be one that a peer ran, whose record has expired
 // since. Within the retention less twice max_skew (the two clocks each off
 // Redis's by up to max_skew) of the read that planned them, a record
-// written since cannot have expired.
-func (r *runner) stale(now time.Time, j *jobState) bool {
-	return now.Sub(r.planned) >= j.Retention-2*r.s.cfg.maxSkew
+// written since cannot have expired. kept, when not zero, is a shorter
+// retention that Redis says the job's records were written with lately (a
+// peer of another config, or of the retention before a raise): a record
+// that peer wrote since is kept only that long.
+func (r *runner) stale(now time.Time, j *jobState, kept time.Duration) bool {
+	retention := j.Retention
+	if kept > 0 && kept < retention {
+		retention = kept
+	}
+	return now.Sub(r.planned) >= retention-2*r.s.cfg.maxSkew
 }
 
 // watch looks at a running slot again when its owner's lease would expire

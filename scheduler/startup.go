@@ -87,7 +87,7 @@ func (r *runner) startup(ctx context.Context) bool {
 		}
 		if rg, ok := p.outage(); ok {
 			r.outage[j] = rg
-			r.s.catchups.publish(j.Name, rg)
+			r.s.catchups.publish(j.Name, rg, len(p.run) > 0)
 		}
 		if len(p.miss)+len(p.run) > 0 {
 			level := slog.LevelInfo

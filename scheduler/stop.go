@@ -86,6 +86,7 @@ func carrier(peers []slot.Replica, job string, at time.Time) string {
 type catchupView struct {
 	mu   sync.Mutex
 	jobs map[string]slot.CatchupRange
+	runs map[string]bool // the jobs whose range holds catch-up slots to run
 }
 
 // set publishes rest, the job's catch-up slots yet to run, oldest first.
@@ -94,23 +95,30 @@ func (v *catchupView) set(job string, rest []time.Time) {
 	defer v.mu.Unlock()
 	if len(rest) == 0 {
 		delete(v.jobs, job)
+		delete(v.runs, job)
 		return
 	}
-	if v.jobs == nil {
-		v.jobs = map[string]slot.CatchupRange{}
-	}
-	v.jobs[job] = slot.CatchupRange{From: rest[0], To: rest[len(rest)-1]}
+	v.put(job, slot.CatchupRange{From: rest[0], To: rest[len(rest)-1]}, true)
 }
 
 // publish publishes rg as the job's range: its startup's outage, while any
-// of it waits (runner.outage).
-func (v *catchupView) publish(job string, rg slot.CatchupRange) {
+// of it waits (runner.outage); runs says whether it holds slots to run.
+func (v *catchupView) publish(job string, rg slot.CatchupRange, runs bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.put(job, rg, runs)
+}
+
+func (v *catchupView) put(job string, rg slot.CatchupRange, runs bool) {
 	if v.jobs == nil {
-		v.jobs = map[string]slot.CatchupRange{}
+		v.jobs, v.runs = map[string]slot.CatchupRange{}, map[string]bool{}
 	}
 	v.jobs[job] = rg
+	if runs {
+		v.runs[job] = true
+	} else {
+		delete(v.runs, job)
+	}
 }
 
 // all returns every job's range, however many: what this replica holds.
@@ -122,7 +130,9 @@ func (v *catchupView) all() map[string]slot.CatchupRange {
 
 // snapshot returns what a heartbeat publishes: at most maxListedJobs jobs'
 // ranges (a peer counts on none of the others: it records their slots as
-// it stops), nil when none.
+// it stops), nil when none. Past that many, the same ones each time: first
+// those that hold slots to run (a peer that stops would record them
+// missed, and this replica would not run them), then the others, by name.
 func (v *catchupView) snapshot() map[string]slot.CatchupRange {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -132,12 +142,18 @@ func (v *catchupView) snapshot() map[string]slot.CatchupRange {
 	if len(v.jobs) <= maxListedJobs {
 		return maps.Clone(v.jobs)
 	}
-	out := make(map[string]slot.CatchupRange, maxListedJobs)
-	for job, r := range v.jobs {
-		if len(out) == maxListedJobs {
-			break
+	names := slices.SortedFunc(maps.Keys(v.jobs), func(a, b string) int {
+		if v.runs[a] != v.runs[b] {
+			if v.runs[a] {
+				return -1
+			}
+			return 1
 		}
-		out[job] = r
+		return strings.Compare(a, b)
+	})
+	out := make(map[string]slot.CatchupRange, maxListedJobs)
+	for _, job := range names[:maxListedJobs] {
+		out[job] = v.jobs[job]
 	}
 	return out
 }

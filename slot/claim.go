@@ -212,4 +212,10 @@ type Result struct {
 	// the claim (Redis WAIT) and fewer did in time. A failover now could lose
 	// the claim, and another replica could run the slot again.
 	Unreplicated bool
+	// Kept, with an Err wrapping ErrPastRetention: how long the slot's
+	// records may have been kept, when that is shorter than the claim's
+	// Retention (the job's records were written lately with a shorter one:
+	// a retention raised since, a replica of another config); zero
+	// otherwise.
+	Kept time.Duration
 }

@@ -273,6 +273,7 @@ func (s *Store) parseClaim(ctx context.Context, c slot.Claim, token, runID strin
 				c.Job, c.Slot.Unix(), slot.ErrPastRetention, late, c.Retention, c.MaxEarly, c.Retention-c.MaxEarly)
 			break
 		}
+		res.Kept = kept
 		res.Err = fmt.Errorf("slotstore: claim %s@%d: %w: %v after the slot on Redis's clock, and the job's records were written lately with a retention of %v, shorter than this claim's (%v): "+
 			"a record of the slot may have been kept only that long (a retention raised since, or a replica of another config); less the claim's MaxEarly (%v), it is %v",
 			c.Job, c.Slot.Unix(), slot.ErrPastRetention, late, kept, c.Retention, c.MaxEarly, kept-c.MaxEarly)
