@@ -201,26 +201,7 @@ func TestAKilledLoneReplicasOutageIsRecorded(t *testing.T) {
 				time.Sleep(20 * time.Second) // its heartbeat is stale
 				h.start("r1", reg(), table)
 				time.Sleep(3 * time.Minute) // the last grace ended at last+220
-				starts := map[int64]int{}
-				for _, s := range h.starts("starts") {
-					starts[s.slot]++
-				}
-				ran, recorded := 0, 0
-				for at := last + 10; at <= last+100; at += 10 {
-					rec, ok := h.record("j", at)
-					switch {
-					case !ok:
-						t.Errorf("slot %d, in r1's outage, has no record", at)
-					case starts[at] > 1:
-						t.Errorf("slot %d started %d times", at, starts[at])
-					case starts[at] == 1:
-						ran++
-					case rec.State == slot.StateMissed && strings.Contains(rec.Error, "r1 stopped heartbeating before its catch-up reached it"):
-						recorded++
-					default:
-						t.Errorf("slot %d: %s %q, %d starts", at, rec.State, rec.Error, starts[at])
-					}
-				}
+				ran, recorded := goneCatchup(t, h, last, "r1")
 				if ran != c.runs || recorded != 10-c.runs {
 					t.Errorf("%d of the outage's slots ran, %d were recorded missed by r1's successor; want %d and %d", ran, recorded, c.runs, 10-c.runs)
 				}
