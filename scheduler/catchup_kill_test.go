@@ -220,3 +220,35 @@ func TestAKilledLoneReplicasOutageIsRecorded(t *testing.T) {
 		})
 	}
 }
+
+// TestAReplicaKilledBeforeItsFirstHeartbeatLeavesItsCatchupRecorded: r1
+// starts alone after an outage of 10 slots, all within its catch-up window,
+// so it plans to run them all and to record none missed. It starts a second
+// before a live slot, which it claims while the first catch-up slot runs
+// (the job's state then holds that later slot, so no later start plans the
+// outage), and it is cut off for good 3 s in, before its first heartbeat
+// after startup (every 5 s). Its pod starts again under the same ID once its
+// heartbeat is stale: the successor must record missed, from its
+// predecessor's entry, the slots the predecessor had not reached. Before,
+// startup beat at once only when slots were to be recorded missed: the
+// entry held the registration's heartbeat, sent before the plan, with no
+// catch-up range, and 9 slots kept no record, with nothing said.
+func TestAReplicaKilledBeforeItsFirstHeartbeatLeavesItsCatchupRecorded(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		last, table, reg := catchupOutage(t, h)
+		sleepUntil(time.Unix(last+109, 0)) // the live slot last+110 is due a second after the start
+		r1 := h.start("r1", reg(), table)
+		time.Sleep(3 * time.Second)
+		if _, ok := h.record("j", last+110); !ok {
+			t.Fatal("the live slot after r1's start has no record: the test no longer covers a state that holds a later slot")
+		}
+		r1.net.freeze()
+		time.Sleep(20 * time.Second) // its heartbeat is stale
+		h.start("r1", reg(), table)
+		time.Sleep(time.Minute)
+		started, recorded := goneCatchup(t, h, last, "r1")
+		if started != 1 || recorded != 9 {
+			t.Errorf("%d catch-up slots started, %d recorded missed by r1's successor; want the first to start, and the other 9 recorded", started, recorded)
+		}
+	})
+}

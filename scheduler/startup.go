@@ -100,7 +100,8 @@ func (r *runner) startup(ctx context.Context) bool {
 		r.logUnrecorded(j, p)
 	}
 	r.planOlder(start, r.s.jobs, states) // runs that replicas of an older protocol still finish
-	if len(r.backlog) > 0 {
+	switch {
+	case len(r.backlog) > 0:
 		// Whom this replica knows of is the registry it read as it
 		// registered: of replicas that start together, the first knew of
 		// none of the others, and would send every slot of the backlog as
@@ -109,6 +110,14 @@ func (r *runner) startup(ctx context.Context) bool {
 		// it waits a second at most, as live slots may be due.
 		r.beat(ctx, min(r.s.cfg.claimTimeout, time.Second),
 			"cannot read the registry again before recording the outage's slots: sending them as this replica knows its peers")
+	case len(r.outage) > 0:
+		// The registration's heartbeat, sent before the plan, published no
+		// outage: published now, before the first claim of its catch-up
+		// (whose live slots then move the job's state past the outage, so
+		// that no later start plans it), so that a kill before the next
+		// heartbeat leaves its slots to a peer or a successor to record.
+		r.beat(ctx, min(r.s.cfg.claimTimeout, time.Second),
+			"cannot publish the outage this replica catches up before claiming its slots: until a heartbeat does, a kill leaves them unrecorded")
 	}
 	r.log.Info("scheduler started", "jobs", len(r.s.jobs))
 	return true
