@@ -121,7 +121,7 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 	if errors.Is(ferr, slot.ErrDataLoss) {
 		r.s.runDataLoss(lease, "a finished run's slot record is gone, or another run's took its place", "slotcron.job", j.Name,
 			"slotcron.slot", run.Slot.UTC().Format(time.RFC3339), "state", string(state), "error", ferr)
-		if !errors.Is(ferr, slot.ErrNotHeld) {
+		if !errors.Is(ferr, slot.ErrNotHeld) && !errors.Is(ferr, slot.ErrUnreplicated) {
 			ferr = nil // the record was gone, and now holds the run's end: the run is reported as finished too
 		}
 	}
@@ -137,19 +137,13 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 		if log.Enabled(context.Background(), level) {
 			log.Log(context.Background(), level, "job finished", "state", string(state), "took", took.String(), "error", text)
 		}
-		switch state {
-		case slot.StateFailed:
-			e := slotEvent(EventFailed, claimOf(j, lease), run.Attempt, run.Fence, run.RunID, text)
-			e.Result = result()
-			r.s.emit(e)
-		case slot.StateAbandoned:
-			r.s.emit(slotEvent(EventAbandoned, claimOf(j, lease), run.Attempt, run.Fence, run.RunID, text))
-		}
-	case errors.Is(ferr, slot.ErrDataLoss): // reported above
 	case errors.Is(ferr, slot.ErrUnreplicated):
+		// (Written anew after a loss, reported above, it may be lost again.)
 		r.s.tel.recordUnreplicated(j.Name)
 		log.Error("job finished, but fewer replicas acknowledged its record than wait_replicas asks: a failover now could lose the record",
 			"state", string(state), "took", took.String(), "error", text, "replication", ferr)
+	case errors.Is(ferr, slot.ErrDataLoss): // reported above
+		return state
 	case errors.Is(ferr, slot.ErrNotHeld):
 		log.Warn("job finished, but the slot is no longer this run's; its record stands", "state", string(state), "error", ferr)
 	default:
@@ -159,6 +153,19 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 		log.Error("job finished, but its outcome could not be recorded before the shutdown; the record stays running until a takeover settles it",
 			"state", string(state), "error", ferr)
 		return ""
+	}
+	if errors.Is(ferr, slot.ErrNotHeld) {
+		return state
+	}
+	// The record holds the run's end (unacknowledged by the replicas, it
+	// is recorded all the same): the operator hears of a failure.
+	switch state {
+	case slot.StateFailed:
+		e := slotEvent(EventFailed, claimOf(j, lease), run.Attempt, run.Fence, run.RunID, text)
+		e.Result = result()
+		r.s.emit(e)
+	case slot.StateAbandoned:
+		r.s.emit(slotEvent(EventAbandoned, claimOf(j, lease), run.Attempt, run.Fence, run.RunID, text))
 	}
 	return state
 }

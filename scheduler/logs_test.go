@@ -115,44 +115,74 @@ func TestJobsLogWithTheRunsAttributes(t *testing.T) {
 }
 
 // unreplicatedFinishes is a store whose finishes take effect but are not
-// acknowledged by the replicas wait_replicas asks for.
-type unreplicatedFinishes struct{ *slotstore.Store }
+// acknowledged by the replicas wait_replicas asks for; with lost, each
+// finish also found its run's record gone, and wrote it anew (slotstore
+// joins the two errors so).
+type unreplicatedFinishes struct {
+	*slotstore.Store
+	lost bool
+}
 
 func (u unreplicatedFinishes) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 	errs := u.Store.Finish(ctx, reqs)
 	for i, err := range errs {
 		if err == nil {
 			errs[i] = fmt.Errorf("%w: 0 of 1", slot.ErrUnreplicated)
+			if u.lost {
+				errs[i] = errors.Join(fmt.Errorf("%w: the slot's record was gone; it is recorded anew", slot.ErrDataLoss), errs[i])
+			}
 		}
 	}
 	return errs
 }
 
 // TestUnreplicatedRecordsLogAtError: a run whose final record the replicas
-// did not acknowledge is logged at ERROR, once, and not finished again.
+// did not acknowledge is logged at ERROR, once, and not finished again; a
+// failed one is still an event (before, the operator never heard of a
+// failure whose record went unacknowledged). A finish that also found the
+// record gone, and wrote it anew, reports both the data loss and that the
+// record written anew is unacknowledged (before, only the loss).
 func TestUnreplicatedRecordsLogAtError(t *testing.T) {
-	bubble(t, func(t *testing.T, h *harness) {
-		var buf lines
-		reg := jobs.NewRegistry()
-		reg.Register("j", func(ctx context.Context, run jobs.Run) error { return nil })
-		h.startWith("a", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { return unreplicatedFinishes{s} }},
-			reg, []scheduler.Job{{Name: "j", Schedule: "@every 1s"}},
-			scheduler.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
-		time.Sleep(1500 * time.Millisecond)
-		synctest.Wait()
-		var errs, infos int
-		for _, l := range buf.all() {
-			if strings.Contains(l, "a failover now could lose the record") && strings.Contains(l, "level=ERROR") && strings.Contains(l, "state=done") {
-				errs++
-			}
-			if strings.Contains(l, `msg="job finished"`) {
-				infos++
-			}
-		}
-		if errs == 0 || infos != 0 {
-			t.Fatalf("%d ERROR lines, %d 'job finished' lines:\n%s", errs, infos, strings.Join(buf.all(), "\n"))
-		}
-	})
+	for _, lost := range []bool{false, true} {
+		t.Run(fmt.Sprintf("record lost=%v", lost), func(t *testing.T) {
+			bubble(t, func(t *testing.T, h *harness) {
+				var buf lines
+				var events eventLog
+				reg := jobs.NewRegistry()
+				reg.Register("j", func(ctx context.Context, run jobs.Run) error { return nil })
+				reg.Register("bad", func(ctx context.Context, run jobs.Run) error { return errors.New("boom") })
+				h.startWith("a", replicaOpts{claimer: func(s *slotstore.Store) scheduler.Claimer { return unreplicatedFinishes{s, lost} }},
+					reg, []scheduler.Job{{Name: "j", Schedule: "@every 1s"}, {Name: "bad", Schedule: "@every 1s"}},
+					scheduler.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), events.option())
+				time.Sleep(1500 * time.Millisecond)
+				synctest.Wait()
+				var errs, failedErrs, losses, infos int
+				for _, l := range buf.all() {
+					if strings.Contains(l, "a failover now could lose the record") && strings.Contains(l, "level=ERROR") {
+						switch {
+						case strings.Contains(l, "state=done"):
+							errs++
+						case strings.Contains(l, "state=failed"):
+							failedErrs++
+						}
+					}
+					if strings.Contains(l, "Redis lost data") && strings.Contains(l, "level=ERROR") {
+						losses++
+					}
+					if strings.Contains(l, `msg="job finished"`) {
+						infos++
+					}
+				}
+				if errs == 0 || failedErrs == 0 || infos != 0 || (losses > 0) != lost {
+					t.Fatalf("%d ERROR lines for done runs, %d for failed ones, %d of data loss, %d 'job finished' lines:\n%s",
+						errs, failedErrs, losses, infos, strings.Join(buf.all(), "\n"))
+				}
+				if n := len(events.of(t, scheduler.EventFailed)); n != failedErrs {
+					t.Errorf("%d failed events for %d failed runs", n, failedErrs)
+				}
+			})
+		})
+	}
 }
 
 // TestResultsAreRecorded: what a run passes to jobs.SetResult is in its

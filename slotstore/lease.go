@@ -2,6 +2,7 @@ package slotstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -204,14 +205,20 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 			r := reply(v)
 			if r.int(0) == 1 {
 				l.v.End(nil)
+				var unrepl error
+				if s.waitReplicas > 0 && acked < s.waitReplicas {
+					unrepl = fmt.Errorf("%w: %s@%d is recorded %s, but %d of %d replicas acknowledged it within %v",
+						slot.ErrUnreplicated, l.job, l.slot.Unix(), reqs[i].State, acked, s.waitReplicas, s.waitTimeout)
+					errs[i] = unrepl
+				}
 				if len(v) > 1 && r.str(1) == "gone" {
+					// The record written anew may be lost again by a
+					// failover: both are said.
 					errs[i] = fmt.Errorf("%w: %s@%d: the slot's record was gone, though the run held the job's lease; it is recorded %s anew",
 						slot.ErrDataLoss, l.job, l.slot.Unix(), reqs[i].State)
-					continue
-				}
-				if s.waitReplicas > 0 && acked < s.waitReplicas {
-					errs[i] = fmt.Errorf("%w: %s@%d is recorded %s, but %d of %d replicas acknowledged it within %v",
-						slot.ErrUnreplicated, l.job, l.slot.Unix(), reqs[i].State, acked, s.waitReplicas, s.waitTimeout)
+					if unrepl != nil {
+						errs[i] = errors.Join(errs[i], unrepl)
+					}
 				}
 				continue
 			}

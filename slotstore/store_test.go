@@ -1183,6 +1183,22 @@ func TestUnreplicatedWritesAreReported(t *testing.T) {
 	if rec, ok, _ := s.Record(context.Background(), "j", at); !ok || rec.State != slot.StateDone {
 		t.Fatalf("record %+v, want done", rec)
 	}
+
+	// A finish whose lease proves its record that Redis lost writes it anew:
+	// the loss and the unacknowledged record written anew are both said
+	// (before, only the loss: a failover could lose the record again with
+	// nothing said).
+	next := claimOne(t, s, live("j", at.Add(time.Second), "r1"))
+	if err := srv.Client().Del(context.Background(), slotstore.RecordKey(s.Prefix(), "j", at.Add(time.Second))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = finish(s, next.Lease, slot.StateDone, "")
+	if !errors.Is(err, slot.ErrDataLoss) || !errors.Is(err, slot.ErrUnreplicated) || errors.Is(err, slot.ErrNotHeld) {
+		t.Fatalf("finish of a lost record: %v, want ErrDataLoss and ErrUnreplicated", err)
+	}
+	if rec, ok, _ := s.Record(context.Background(), "j", at.Add(time.Second)); !ok || rec.State != slot.StateDone {
+		t.Fatalf("record written anew %+v, want done", rec)
+	}
 }
 
 // TestMissWaitsForItsDeadline: a miss claim with a deadline (a starting
