@@ -92,6 +92,7 @@ func demo(o options) int {
 		return 1
 	}
 	reports := make(chan report, 100)
+	started := time.Now()
 	kids, err := startReplicas(o, reports)
 	defer func() { // on the returns before the replicas are stopped below
 		for _, err := range stopReplicas(kids) {
@@ -112,7 +113,7 @@ func demo(o options) int {
 	// the next slot skipped (overlap: skip). The demo's slots start once no
 	// run holds the job, and the participants were seeded above, so no
 	// draw does more than the others.
-	first, err := firstFreeSlot(interrupted, rdb, o.prefix, sched, 30*time.Second)
+	first, err := firstFreeSlot(interrupted, rdb, o.prefix, sched, started, 30*time.Second)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lottery:", err)
 		return exitCode(interrupted)
@@ -519,9 +520,12 @@ func verdict(ctx context.Context, rdb redis.UniversalClient, l *lottery.Lottery,
 // (nearSlot), it looks lookBefore ahead of it, by when the draw of the slot
 // before has started, and moves on a slot while a draw holds the job, for
 // at most within. The slot's own claim, sent ahead of it, may hold the job
-// then: that one is no reason to move on. A slot further off needs no look:
-// no draw holds the job that long.
-func firstFreeSlot(ctx context.Context, rdb redis.UniversalClient, prefix string, sched scheduler.Schedule, within time.Duration) (time.Time, error) {
+// then: that one is no reason to move on. A slot before it that is due
+// after since (when the replicas started) and has no record yet is one
+// too: its claim, late on a busy machine (its misfire grace allows it), may
+// yet start a draw that holds the job. A slot further off needs no look: no
+// draw holds the job that long.
+func firstFreeSlot(ctx context.Context, rdb redis.UniversalClient, prefix string, sched scheduler.Schedule, since time.Time, within time.Duration) (time.Time, error) {
 	store, err := slotstore.New(rdb, prefix)
 	if err != nil {
 		return time.Time{}, err
@@ -536,12 +540,26 @@ func firstFreeSlot(ctx context.Context, rdb redis.UniversalClient, prefix string
 				return time.Time{}, ctx.Err()
 			}
 		}
+		var before time.Time // the slot before first, if due since the replicas started
+		for s := sched.Next(since); s.Before(first); s = sched.Next(s) {
+			before = s
+		}
+		unclaimed := false
+		if !before.IsZero() {
+			_, ok, err := store.Record(ctx, lottery.Name, before)
+			if err != nil {
+				return time.Time{}, err
+			}
+			unclaimed = !ok
+		}
 		holder, at, _, err := store.Holder(ctx, lottery.Name)
 		switch {
 		case err != nil:
 			return time.Time{}, err
-		case holder == "" || !at.Before(first): // free, or held by first's own claim
+		case (holder == "" || !at.Before(first)) && !unclaimed: // free, or held by first's own claim
 			return first, nil
+		case time.Now().After(deadline) && unclaimed:
+			return time.Time{}, fmt.Errorf("slot %s has no record after %v: the replicas do not claim the job's slots", before.Format(time.TimeOnly), within)
 		case time.Now().After(deadline):
 			return time.Time{}, fmt.Errorf("the draw of slot %s on %s still holds the job after %v", at.Format(time.TimeOnly), holder, within)
 		}
