@@ -1478,6 +1478,19 @@ func TestAFinishFindsItsRecordEvicted(t *testing.T) {
 	if rec, ok, err := s.Record(ctx, "evicted", at); err != nil || !ok || rec.Owner != "r1" || rec.State != slot.StateDone {
 		t.Errorf("record %+v (%v, %v); want r1's, done", rec, ok, err)
 	}
+	// The same finish sent again (its reply lost) says the loss too: before,
+	// it found its own final record and answered done, and a loss whose
+	// first word was lost was never reported.
+	if err := finish(s, r.Lease, slot.StateDone, ""); errors.Is(err, slot.ErrNotHeld) || !errors.Is(err, slot.ErrDataLoss) {
+		t.Errorf("the finish sent again: %v; want data loss, not not held", err)
+	}
+	// Another run of the job, whose record was not lost, finishes plainly.
+	next := claimOne(t, s, live("evicted", at.Add(time.Second), "r1"))
+	for range 2 { // and so does its finish sent again
+		if err := finish(s, next.Lease, slot.StateDone, ""); err != nil {
+			t.Errorf("the next run's finish: %v; want none", err)
+		}
+	}
 }
 
 // checkStateKeptLoss: the slot's record alone lost (evicted: it has a TTL,

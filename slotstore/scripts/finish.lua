@@ -28,7 +28,8 @@
 --               with its head, fence included)
 --   {1, "gone"} the record now holds the final state, but the lease proved
 --               a record that Redis had lost: data loss, the final state
---               written all the same (the run started)
+--               written all the same (the run started); the same finish
+--               sent again answers this too (the job's state keeps its token)
 --   {0, state}  the record is no longer this run's, or no longer running
 --               (taken over, or recorded abandoned by another replica; "gone"
 --               when it has expired or Redis lost it): nothing changes
@@ -68,6 +69,9 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention, at
       -- This finish sent again after its reply was lost wrote head itself;
       -- a takeover's abandon has a fence of its own, so it never matches.
       if string.sub(v, 1, #head) == head then
+        if redis.call('HGET', st, 'gone') == token then
+          return {1, 'gone'} -- the first one wrote it anew: the loss is said again
+        end
         return {1}
       end
       return {0, state}
@@ -84,6 +88,7 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention, at
     -- written over unseen: a renewal sees it, a finish does not look, which
     -- would cost every finish a read.)
     redis.call('SET', rec, head .. now_s .. tail, 'PX', retention)
+    redis.call('HSET', st, 'gone', token) -- for this finish sent again, its reply lost
     lost = {1, 'gone'}
   end
   local running = without(j[2], ref)

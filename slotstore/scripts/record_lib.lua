@@ -33,6 +33,8 @@
 --                the slot is settled (taken over, abandoned, or finished by an
 --                owner that was only slow); it lapses if no takeover comes back.
 --   v            "2" once the job's protocol-1 keys were read in (jobstates.lua)
+--   gone         the token of the last run whose finish found its record lost and
+--                wrote it anew (finish.lua), so that the finish sent again says so too
 --   rets         the retentions its records were written with lately: "<retention_ms>:<until_ms>"
 --                pairs, space-separated, one per retention; no record of a slot was
 --                first written with that retention after until_ms (marked)
