@@ -47,18 +47,30 @@ func TestFirstFreeSlotWaitsForTheSlotBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := sched.Next(time.Now())
-	time.Sleep(time.Until(before.Add(10 * time.Millisecond))) // a second to claim, finish and look in
-	next := before.Add(time.Second)
-	res, err := store.Claim(ctx, []slot.Claim{{Kind: slot.ClaimLive, Job: lottery.Name, Slot: before, Replica: "r1",
-		LeaseTTL: 5 * time.Second, Retention: time.Hour, Deadline: time.Now().Add(time.Minute)}})
-	if err != nil || res[0].Err != nil || res[0].Outcome != slot.OutcomeWon {
-		t.Fatalf("claim of the slot before: %+v, %v", res, err)
-	}
-	if err := store.Finish(ctx, []slot.FinishRequest{{Lease: res[0].Lease, State: slot.StateDone}})[0]; err != nil {
-		t.Fatal(err)
-	}
-	if first, err := firstFreeSlot(ctx, rdb, prefix, sched, before.Add(-time.Millisecond), time.Minute); err != nil || !first.Equal(next) {
-		t.Fatalf("with the slot before done: %v, %v; want %v", first, err, next)
+	// A second to claim, finish and look in: on a machine too busy for that
+	// (the look must come before the next slot's time less lookBefore), the
+	// setup is tried again on the next second, three times at most.
+	for try := 0; ; try++ {
+		before := sched.Next(time.Now())
+		time.Sleep(time.Until(before.Add(10 * time.Millisecond)))
+		next := before.Add(time.Second)
+		res, err := store.Claim(ctx, []slot.Claim{{Kind: slot.ClaimLive, Job: lottery.Name, Slot: before, Replica: "r1",
+			LeaseTTL: 5 * time.Second, Retention: time.Hour, Deadline: time.Now().Add(time.Minute)}})
+		if err != nil || res[0].Err != nil || res[0].Outcome != slot.OutcomeWon {
+			t.Fatalf("claim of the slot before: %+v, %v", res, err)
+		}
+		if err := store.Finish(ctx, []slot.FinishRequest{{Lease: res[0].Lease, State: slot.StateDone}})[0]; err != nil {
+			t.Fatal(err)
+		}
+		if time.Until(next) < 2*lookBefore {
+			if try == 2 {
+				t.Fatal("three times, the claim and finish of a slot took most of a second: the machine is too busy for this test")
+			}
+			continue
+		}
+		if first, err := firstFreeSlot(ctx, rdb, prefix, sched, before.Add(-time.Millisecond), time.Minute); err != nil || !first.Equal(next) {
+			t.Fatalf("with the slot before done: %v, %v; want %v", first, err, next)
+		}
+		return
 	}
 }
