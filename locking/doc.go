@@ -103,8 +103,10 @@
 // # Keys and Redis Cluster
 //
 // Key("prefix", "name") returns "prefix:{name}". Keys derived from a key (the
-// fence counter, the release channel) share its hash tag, so every script
-// touches one cluster slot; a key without a hash tag is treated as its own tag.
+// fence counter, key + ":fence"; the release receipt, key + ":release";
+// the release channel) share its hash tag, so every script touches one
+// cluster slot; a key without a hash tag is treated as its own tag
+// ("{key}:fence"). Do not lock a key that is another lock's derived key.
 // The test suite runs every script on a three-master cluster.
 //
 // # Designs not offered

@@ -3,6 +3,7 @@ package locking
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/slotcron/slotcron/internal/rediskit"
 )
@@ -37,4 +38,21 @@ func releaseChannel(key string) string {
 		return ch
 	}
 	return key + ":released"
+}
+
+// receiptTTL is how long Redis keeps a release's receipt: longer than a
+// Release can go on sending its script (releaseTimeout; with go-redis's
+// defaults and no deadline on the socket, 4 tries of a 3s read timeout).
+const receiptTTL = time.Minute
+
+// releaseKeys are the keys a release script takes: key, and key's release
+// receipt, which holds the token of its last release, so that a release
+// whose answer was lost and that go-redis sent again finds it released by
+// its own token and does not answer ErrNotHeld. A key that derivedKey
+// refuses (no hash tag, but a '}') has no receipt.
+func releaseKeys(key string) []string {
+	if receipt, err := derivedKey(key, "release"); err == nil {
+		return []string{key, receipt}
+	}
+	return []string{key}
 }

@@ -134,9 +134,13 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-// Extend sets the key's TTL to ttl, if the key still holds this lease's token,
-// and makes ttl the period the watchdog renews for: its next renewal is due
-// ttl/3 after Extend's, whatever the old TTL was. It returns ErrNotHeld, and
+// Extend raises the key's TTL to ttl, if the key still holds this lease's
+// token, and makes ttl the period the lease counts on and the watchdog renews
+// for: its next renewal is due ttl/3 after Extend's, whatever the old TTL was.
+// It never lowers the TTL in Redis (an Extend whose answer was lost may reach
+// Redis after a later one was confirmed, and must not cut the TTL that one
+// set): with a shorter ttl, the key outlives the lease by up to the old TTL,
+// unless the lease is released. It returns ErrNotHeld, and
 // ends the lease as lost, when the token check fails. One round trip, once a
 // renewal in flight (the watchdog's, or another Extend's) has been answered;
 // it blocks until Redis answers or ctx ends, and returns ErrNotHeld if the
@@ -324,7 +328,11 @@ func retryDelay(ttl time.Duration) time.Duration {
 // (deleting the key, or decrementing a reentrant count), publishes a release
 // message that wakes waiting callers, stops the watchdog and ends the lease. It runs on a context detached from ctx (keeping its values) and bounded
 // by 5s, so it works during shutdown. It returns ErrNotHeld if the key no longer
-// held the token. Release is idempotent: later calls return the first result.
+// held the token. A release leaves its token in a receipt that Redis keeps for
+// a minute (a key beside the lock's, in its hash slot), so that a Release whose
+// answer was lost and that go-redis sent again returns nil, unless another
+// release of the key came between. Release is idempotent: later calls return
+// the first result.
 func (l *Lease) Release(ctx context.Context) error {
 	l.releaseOnce.Do(func() {
 		l.mu.Lock()

@@ -61,6 +61,7 @@ type stringHold struct {
 	key     string
 	token   string
 	channel string
+	unlock  []string // the release script's keys: releaseKeys(key)
 }
 
 func (h stringHold) extend(ctx context.Context, ttl time.Duration) (bool, error) {
@@ -69,7 +70,7 @@ func (h stringHold) extend(ctx context.Context, ttl time.Duration) (bool, error)
 }
 
 func (h stringHold) release(ctx context.Context) (bool, error) {
-	n, err := releaseScript.Run(ctx, h.rdb, []string{h.key}, h.token, h.channel).Int64()
+	n, err := releaseScript.Run(ctx, h.rdb, h.unlock, h.token, h.channel, receiptTTL.Milliseconds()).Int64()
 	return n == 1, err
 }
 
@@ -89,7 +90,7 @@ func (c *Client) mutexAttempt(key string, ttl time.Duration, o options) (attempt
 		keys, fencing = append(keys, fence), "1"
 	}
 	// One token for every attempt, so that a retried script is recognised.
-	h := stringHold{rdb: c.rdb, key: key, token: rediskit.NewToken(), channel: releaseChannel(key)}
+	h := stringHold{rdb: c.rdb, key: key, token: rediskit.NewToken(), channel: releaseChannel(key), unlock: releaseKeys(key)}
 	try := func(ctx context.Context) (*Lease, time.Duration, error) {
 		sent := time.Now()
 		res, err := obtainScript.Run(ctx, c.rdb, keys, h.token, ttl.Milliseconds(), fencing).Int64Slice()

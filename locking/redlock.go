@@ -108,7 +108,7 @@ func (r *Redlock) Obtain(ctx context.Context, key string, ttl time.Duration, opt
 	if o.backoffSet {
 		return nil, errors.New("locking: Redlock.Obtain: WithBackoff does not apply; use WithRetries on NewRedlock")
 	}
-	h := redlockHold{r: r, key: key, token: rediskit.NewToken(), channel: releaseChannel(key)}
+	h := redlockHold{r: r, key: key, token: rediskit.NewToken(), channel: releaseChannel(key), unlock: releaseKeys(key)}
 	var lastErr error
 	for attempt := 0; attempt <= r.retries; attempt++ {
 		if attempt > 0 && !r.pause(ctx) {
@@ -237,6 +237,7 @@ type redlockHold struct {
 	key     string
 	token   string
 	channel string
+	unlock  []string // the release script's keys: releaseKeys(key)
 }
 
 // extend needs a quorum of confirmations. A majority that no longer holds the
@@ -264,7 +265,7 @@ func (h redlockHold) extend(ctx context.Context, ttl time.Duration) (bool, error
 // release unlocks on every node; true when at least one node still held the token.
 func (h redlockHold) release(ctx context.Context) (bool, error) {
 	a := h.r.each(ctx, func(ctx context.Context, c RedisClient) (int64, error) {
-		return releaseScript.Run(ctx, c, []string{h.key}, h.token, h.channel).Int64()
+		return releaseScript.Run(ctx, c, h.unlock, h.token, h.channel, receiptTTL.Milliseconds()).Int64()
 	}, nil)
 	if a.yes == 0 && a.failed > 0 {
 		return false, fmt.Errorf("release on %d nodes: %s", len(h.r.nodes), a)

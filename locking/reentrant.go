@@ -25,11 +25,12 @@ type Reentrant struct {
 	key     string
 	owner   string
 	channel string
+	unlock  []string // the unlock script's keys: releaseKeys(key)
 }
 
 // Reentrant returns the reentrant lock on key for owner. It sends nothing.
 func (c *Client) Reentrant(key, owner string) *Reentrant {
-	return &Reentrant{c: c, key: key, owner: owner, channel: releaseChannel(key)}
+	return &Reentrant{c: c, key: key, owner: owner, channel: releaseChannel(key), unlock: releaseKeys(key)}
 }
 
 // TryLock takes one hold if the lock is free or already the owner's, and
@@ -104,7 +105,7 @@ func (h reentrantHold) extend(ctx context.Context, ttl time.Duration) (bool, err
 }
 
 func (h reentrantHold) release(ctx context.Context) (bool, error) {
-	n, err := reentrantUnlockScript.Run(ctx, h.r.c.rdb, []string{h.r.key}, h.r.owner, h.r.channel, h.token).Int64()
+	n, err := reentrantUnlockScript.Run(ctx, h.r.c.rdb, h.r.unlock, h.r.owner, h.r.channel, h.token, receiptTTL.Milliseconds()).Int64()
 	return n >= 0, err
 }
 

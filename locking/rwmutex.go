@@ -22,6 +22,7 @@ type RWMutex struct {
 	c             *Client
 	key           string
 	channel       string
+	unlock        []string // the unlock script's keys: releaseKeys(key)
 	preferReaders bool
 }
 
@@ -37,7 +38,7 @@ func PreferReaders() RWOption {
 
 // RWMutex returns the read-write lock on key. It sends nothing.
 func (c *Client) RWMutex(key string, opts ...RWOption) *RWMutex {
-	m := &RWMutex{c: c, key: key, channel: releaseChannel(key)}
+	m := &RWMutex{c: c, key: key, channel: releaseChannel(key), unlock: releaseKeys(key)}
 	for _, opt := range opts {
 		opt(m)
 	}
@@ -128,7 +129,7 @@ func (h rwHold) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 }
 
 func (h rwHold) release(ctx context.Context) (bool, error) {
-	n, err := rwUnlockScript.Run(ctx, h.m.c.rdb, []string{h.m.key}, h.token, h.kind, h.m.channel).Int64()
+	n, err := rwUnlockScript.Run(ctx, h.m.c.rdb, h.m.unlock, h.token, h.kind, h.m.channel, receiptTTL.Milliseconds()).Int64()
 	return n >= 0, err
 }
 

@@ -1,20 +1,32 @@
 -- rw_unlock: give up a read or write hold. (rw_lib.lua is prepended.)
 --
 -- KEYS[1]  the read-write lock hash
+-- KEYS[2]  the lock's release receipt (same hash slot; absent when the key
+--          has none, see receiptKeys): the token of its last release
 -- ARGV[1]  the holder's token
 -- ARGV[2]  "r" for a read hold, "w" for the write hold
 -- ARGV[3]  the release channel (a pub/sub channel, not a key)
+-- ARGV[4]  how long a receipt is kept, in milliseconds
 --
 -- Returns the number of holders left (readers, or writer) when the hold was
---         live and is now gone; a release message is published when no holder
---         is left. Returns -1 when the token held nothing of that kind (it
---         expired or was never there): nothing changes.
+--         live and is now gone, and writes the token to the receipt; a
+--         release message is published when no holder is left. When the
+--         token holds nothing of that kind, nothing changes: it returns 0
+--         when the receipt holds the token (this release, whose answer was
+--         lost, sent again; the count is not known then), else -1 (the hold
+--         expired or was never there).
 local now = now_ms()
 local field = ARGV[2] .. ':' .. ARGV[1]
 if field_exp(KEYS[1], field, now) == nil then
+  if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[1] then
+    return 0
+  end
   return -1
 end
 redis.call('HDEL', KEYS[1], field)
+if KEYS[2] then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
+end
 local s = load(KEYS[1], now)
 rearm(KEYS[1], s.latest, now)
 local left = s.readers
