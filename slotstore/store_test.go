@@ -1493,6 +1493,51 @@ func TestAFinishFindsItsRecordEvicted(t *testing.T) {
 	}
 }
 
+// TestEachFinishSentAgainSaysItsRecordWasLost: two runs of a job (overlap
+// allow) each find their record evicted, and their finishes go in one
+// batch whose reply is lost; go-redis sends it again. The job's state kept
+// the token of the last such run alone, so the first run's finish sent
+// again found its own final record, no longer its token in the state, and
+// answered plain success: its loss was never reported for it. Found by
+// review.
+func TestEachFinishSentAgainSaysItsRecordWasLost(t *testing.T) {
+	_, rdb, s := newSlots(t)
+	ctx := context.Background()
+	at := time.Unix(1_700_002_000, 0)
+	c := live("both-evicted", at, "r1")
+	c.AllowOverlap = true
+	a := claimOne(t, s, c)
+	c.Slot = at.Add(time.Second)
+	b := claimOne(t, s, c)
+	for _, ts := range []time.Time{at, at.Add(time.Second)} {
+		if err := rdb.Del(ctx, slotstore.RecordKey(s.Prefix(), "both-evicted", ts)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs := []slot.FinishRequest{{Lease: a.Lease, State: slot.StateDone}, {Lease: b.Lease, State: slot.StateDone}}
+	for _, round := range []string{"the finish", "the finish sent again"} {
+		for i, err := range s.Finish(ctx, reqs) {
+			if errors.Is(err, slot.ErrNotHeld) || !errors.Is(err, slot.ErrDataLoss) {
+				t.Errorf("%s of run %d: %v; want data loss, not not held", round, i, err)
+			}
+		}
+	}
+	// The state keeps the last 8 such runs' tokens, not every one.
+	for i := 2; i < 12; i++ {
+		c.Slot = at.Add(time.Duration(i) * time.Second)
+		r := claimOne(t, s, c)
+		if err := rdb.Del(ctx, slotstore.RecordKey(s.Prefix(), "both-evicted", c.Slot)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := finish(s, r.Lease, slot.StateDone, ""); !errors.Is(err, slot.ErrDataLoss) {
+			t.Fatalf("run %d's finish: %v; want data loss", i, err)
+		}
+	}
+	if gone := strings.Fields(rdb.HGet(ctx, stateKey(s, "both-evicted"), "gone").Val()); len(gone) != 8 {
+		t.Errorf("the job's state keeps %d tokens of runs whose record was lost; want the last 8", len(gone))
+	}
+}
+
 // checkStateKeptLoss: the slot's record alone lost (evicted: it has a TTL,
 // the job's state none) and recorded skipped by a claim that found the
 // job's lease held by the run of the slot itself. The run's renewal says

@@ -69,7 +69,7 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention, at
       -- This finish sent again after its reply was lost wrote head itself;
       -- a takeover's abandon has a fence of its own, so it never matches.
       if string.sub(v, 1, #head) == head then
-        if redis.call('HGET', st, 'gone') == token then
+        if has(redis.call('HGET', st, 'gone') or '', token) then
           return {1, 'gone'} -- the first one wrote it anew: the loss is said again
         end
         return {1}
@@ -88,7 +88,7 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention, at
     -- written over unseen: a renewal sees it, a finish does not look, which
     -- would cost every finish a read.)
     redis.call('SET', rec, head .. now_s .. tail, 'PX', retention)
-    redis.call('HSET', st, 'gone', token) -- for this finish sent again, its reply lost
+    redis.call('HSET', st, 'gone', newest(redis.call('HGET', st, 'gone'), token, 8)) -- for this finish sent again, its reply lost
     lost = {1, 'gone'}
   end
   local running = without(j[2], ref)

@@ -33,8 +33,9 @@
 --                the slot is settled (taken over, abandoned, or finished by an
 --                owner that was only slow); it lapses if no takeover comes back.
 --   v            "2" once the job's protocol-1 keys were read in (jobstates.lua)
---   gone         the token of the last run whose finish found its record lost and
---                wrote it anew (finish.lua), so that the finish sent again says so too
+--   gone         the tokens of the last 8 runs whose finish found its record lost
+--                and wrote it anew (finish.lua), newest first, space-separated, so
+--                that each of those finishes sent again says so too
 --   rets         the retentions its records were written with lately: "<retention_ms>:<until_ms>"
 --                pairs, space-separated, one per retention; no record of a slot was
 --                first written with that retention after until_ms (marked)
@@ -132,6 +133,21 @@ end
 -- has reports whether a space-separated list holds ref.
 local function has(list, ref)
   return list ~= nil and string.find(' ' .. list .. ' ', ' ' .. ref .. ' ', 1, true) ~= nil
+end
+
+-- newest returns a space-separated list of at most n refs: ref, then the
+-- first n-1 of list.
+local function newest(list, ref, n)
+  local out = {ref}
+  if list then
+    for r in string.gmatch(list, '%S+') do
+      if #out >= n then
+        break
+      end
+      out[#out + 1] = r
+    end
+  end
+  return table.concat(out, ' ')
 end
 
 -- without returns a space-separated list without ref.
