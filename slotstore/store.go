@@ -61,7 +61,10 @@ type Option func(*Store) error
 // on; it cannot close it (Redis replication stays asynchronous, and a claim
 // goes on when fewer replicas answer in time: its result says Unreplicated).
 // It costs a replication round trip per batch. A single server or Sentinel
-// only: on a Cluster, New refuses it.
+// only: on a Cluster, New refuses it. The batch's answer comes after the
+// WAIT: keep timeout well under the client's ReadTimeout and the callers'
+// deadlines, or with a replica down every batch fails to be answered,
+// though Redis ran it.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(s *Store) error {
 		if n < 1 || timeout <= 0 {

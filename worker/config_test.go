@@ -135,6 +135,8 @@ func TestValidationMessages(t *testing.T) {
 			`config.yaml:4: alerts.secret_env: "MY-SECRET" is not an environment variable's name`,
 			`config.yaml:5: alerts.max_attempts: must be >= 1, got -1`}},
 		{"negative db", "redis:\n  db: -1\n" + minimal, []string{`config.yaml:2: redis.db: must be >= 0, got -1`}},
+		{"long wait for replicas", "redis:\n  wait_replicas: 1\n  wait_timeout: 3s\n" + minimal, []string{
+			`config.yaml:3: redis.wait_timeout: must be at most 1s (the answer to a batch comes after its WAIT, and the client waits 3s for it), got 3s`}},
 		{"ca file without tls", "redis:\n  tls:\n    ca_file: " + ca + "\n" + minimal, []string{`config.yaml:3: redis.tls.ca_file: set, but tls.enabled is false`}},
 		{"missing ca file", "redis:\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n" + minimal, []string{`config.yaml:4: redis.tls.ca_file: stat /nonexistent/ca.pem: no such file or directory`}},
 		{"prefix with a brace", "redis:\n  key_prefix: \"a{b\"\n" + minimal, []string{`config.yaml:2: redis.key_prefix: "a{b" must be free of '{', '}' and spaces`}},

@@ -84,6 +84,13 @@ func (c *Config) validate(d *decoder) {
 	if r.WaitTimeout < 0 {
 		bad("redis.wait_timeout", "must be > 0, got %v", r.WaitTimeout)
 	}
+	if r.WaitTimeout > redisReadTimeout/3 {
+		// With a replica down, every batch would wait this long for its
+		// answer, and the client give up reading it: claims and finishes
+		// written in Redis would be reported as failed.
+		bad("redis.wait_timeout", "must be at most %v (the answer to a batch comes after its WAIT, and the client waits %v for it), got %v",
+			redisReadTimeout/3, redisReadTimeout, r.WaitTimeout)
+	}
 	if strings.ContainsAny(r.KeyPrefix, "{} ") {
 		bad("redis.key_prefix", "%q must be free of '{', '}' and spaces", r.KeyPrefix)
 	}

@@ -12,6 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// redisReadTimeout is how long the worker's Redis client waits for an
+// answer. A batch of claims or finishes with redis.wait_replicas is answered
+// after its WAIT, so redis.wait_timeout must stay well under it.
+const redisReadTimeout = 3 * time.Second
+
 // NewRedis returns a client for cfg and a function that closes it. Mode
 // embedded starts an in-process Redis (miniredis) first, for demos and
 // development: it keeps nothing and is gone with the process.
@@ -31,7 +36,7 @@ func NewRedis(cfg RedisConfig) (redis.UniversalClient, func(), error) {
 			tlsConfig.RootCAs = pool
 		}
 	}
-	const dial, read = 5 * time.Second, 3 * time.Second
+	const dial, read = 5 * time.Second, redisReadTimeout
 	switch cfg.Mode {
 	case ModeSingle:
 		c := redis.NewClient(&redis.Options{Addr: cfg.Addrs[0], Username: cfg.Username, Password: cfg.Password,
