@@ -99,3 +99,63 @@ func BenchmarkContendedHandoff(b *testing.B) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkLockRedisTime obtains 100 free keys, then releases them, and
+// reports what Redis spent running the scripts (INFO commandstats, on a
+// server of its own) per Obtain and per Release: what a change to the
+// scripts costs Redis. bench/ab-locks.sh runs it for two revisions,
+// interleaved.
+func BenchmarkLockRedisTime(b *testing.B) {
+	srv := redistest.StartOwned(b)
+	rdb := srv.Client()
+	lk := locking.New(rdb)
+	ctx := context.Background()
+	const n = 100
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = locking.Key(srv.Key("bench"), strconv.Itoa(i))
+	}
+	// scriptTime runs f and returns Redis's time in EVALSHA meanwhile.
+	scriptTime := func(f func()) time.Duration {
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		f()
+		stats, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		d, ok := redistest.CommandTime(stats, "evalsha")
+		if !ok {
+			b.Fatalf("no evalsha time in INFO commandstats: %q", stats)
+		}
+		return d
+	}
+	leases := make([]*locking.Lease, n)
+	obtain := func() {
+		for i, k := range keys {
+			l, err := lk.Obtain(ctx, k, 10*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			leases[i] = l
+		}
+	}
+	release := func() {
+		for _, l := range leases {
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	obtain() // load the scripts: a first call is an EVAL
+	release()
+	var obtained, released time.Duration
+	for b.Loop() {
+		obtained += scriptTime(obtain)
+		released += scriptTime(release)
+	}
+	calls := float64(n * b.N)
+	b.ReportMetric(float64(obtained.Nanoseconds())/1e3/calls, "redis-us/obtain")
+	b.ReportMetric(float64(released.Nanoseconds())/1e3/calls, "redis-us/release")
+}
