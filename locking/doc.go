@@ -103,10 +103,12 @@
 // # Keys and Redis Cluster
 //
 // Key("prefix", "name") returns "prefix:{name}". Keys derived from a key (the
-// fence counter, key + ":fence"; the release receipt, key + ":release";
+// fence counter, key + ":fence"; the release receipt, key + ":release-receipt";
 // the release channel) share its hash tag, so every script touches one
 // cluster slot; a key without a hash tag is treated as its own tag
-// ("{key}:fence"). Do not lock a key that is another lock's derived key.
+// ("{key}:fence"). Do not lock a key that is another lock's derived key: a
+// release never writes its receipt over such a lock, but the receipt, while
+// it lasts, makes the name look held.
 // The test suite runs every script on a three-master cluster.
 //
 // # Designs not offered

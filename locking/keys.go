@@ -51,7 +51,7 @@ const receiptTTL = time.Minute
 // its own token and does not answer ErrNotHeld. A key that derivedKey
 // refuses (no hash tag, but a '}') has no receipt.
 func releaseKeys(key string) []string {
-	if receipt, err := derivedKey(key, "release"); err == nil {
+	if receipt, err := derivedKey(key, "release-receipt"); err == nil {
 		return []string{key, receipt}
 	}
 	return []string{key}

@@ -136,9 +136,14 @@ func (r *Redlock) Obtain(ctx context.Context, key string, ttl time.Duration, opt
 		}
 		lastErr = fmt.Errorf("%w: %d of %d nodes (quorum %d) after %v: %s",
 			ErrNotObtained, answers.yes, len(r.nodes), r.quorum, time.Since(start).Round(time.Microsecond), answers)
-		// Unlock everywhere, on a context that outlives a cancelled ctx.
+		// Unlock everywhere, on a context that outlives a cancelled ctx. The
+		// next attempt takes the same token: this unlock leaves no receipt of
+		// it, or a lease that attempt wins and then loses would find the
+		// receipt at its Release and answer nil.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		_, _ = h.release(uctx)
+		undo := h
+		undo.unlock = []string{key}
+		_, _ = undo.release(uctx)
 		cancel()
 	}
 	if err := ctx.Err(); err != nil {

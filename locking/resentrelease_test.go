@@ -83,3 +83,101 @@ func TestAReleaseSentAgainIsNotNotHeld(t *testing.T) {
 		})
 	}
 }
+
+// TestARedlockLostAfterAFailedAttemptIsNotHeld: Redlock's attempts share one
+// token, and a failed attempt unlocks every node. Had that unlock left a
+// release receipt of the token, a lease that a later attempt won and then
+// lost would find the receipt at its Release and answer nil, not
+// ErrNotHeld. Found by review.
+func TestARedlockLostAfterAFailedAttemptIsNotHeld(t *testing.T) {
+	_, clients, rl := fiveNodes(t, locking.WithRetries(200, 10*time.Millisecond))
+	ctx := context.Background()
+	key := locking.Key("app", "redlock-receipt")
+	for _, c := range clients[1:4] { // a majority held by another owner
+		if err := c.Set(ctx, key, "blocker", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Once an attempt has taken node 0 and its unlock has given it back
+	// (the attempt failed: no quorum), the blockers go, and the next
+	// attempt wins.
+	freed := make(chan error, 1)
+	go func() {
+		took := false
+		deadline := time.Now().Add(10 * time.Second) // a guard against a hang only
+		for time.Now().Before(deadline) {
+			v, err := clients[0].Get(ctx, key).Result()
+			switch {
+			case err == nil && v != "":
+				took = true
+			case errors.Is(err, redis.Nil) && took:
+				for _, c := range clients[1:4] {
+					if err := c.Del(ctx, key).Err(); err != nil {
+						freed <- err
+						return
+					}
+				}
+				freed <- nil
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		freed <- errors.New("no failed attempt seen on node 0 within 10s")
+	}()
+	l, err := rl.Obtain(ctx, key, 200*time.Millisecond)
+	if ferr := <-freed; ferr != nil {
+		t.Fatal(ferr)
+	}
+	if err != nil {
+		t.Fatalf("Obtain: %v", err)
+	}
+	<-l.Done() // no watchdog: the lease runs out
+	for _, c := range clients {
+		for c.Exists(ctx, key).Val() == 1 { // and Redis expires the key on every node
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if err := l.Release(ctx); !errors.Is(err, locking.ErrNotHeld) {
+		t.Errorf("Release of a lease that ran out everywhere: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestAReceiptIsNeverWrittenOverAnotherLock: a release writes its receipt
+// under a name derived from the lock's key. A caller may have locked that
+// very name: the receipt must not be written over it (it was: a SET over
+// the other lock's key, with the receipt's one-minute TTL, while its owner
+// still reported it held for ten), whatever type that lock is. Found by
+// review.
+func TestAReceiptIsNeverWrittenOverAnotherLock(t *testing.T) {
+	srv, rdb, lk := setup(t)
+	ctx := context.Background()
+	others := map[string]func(name string) (*locking.Lease, error){
+		"lease":     func(name string) (*locking.Lease, error) { return lk.Obtain(ctx, name, 10*time.Minute) },
+		"reentrant": func(name string) (*locking.Lease, error) { return lk.Reentrant(name, "a").TryLock(ctx, 10*time.Minute) },
+	}
+	for kind, obtain := range others {
+		tagged, plain := locking.Key(srv.Key("app"), kind), srv.Key("plain-"+kind)
+		for key, name := range map[string]string{tagged: tagged + ":release-receipt", plain: "{" + plain + "}:release-receipt"} {
+			a, err := obtain(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := lk.Obtain(ctx, key, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Release(ctx); err != nil {
+				t.Fatalf("%s: B's Release: %v", name, err)
+			}
+			left, err := a.TTL(ctx)
+			if err != nil {
+				t.Errorf("%s %s: A's hold after B's Release: %v (%s)", kind, name, err, rdb.Type(ctx, name).Val())
+			} else if left < 9*time.Minute {
+				t.Errorf("%s %s: A's hold's TTL is %v after B's Release; want its 10m", kind, name, left)
+			}
+			if err := a.Release(ctx); err != nil {
+				t.Errorf("%s %s: A's Release: %v", kind, name, err)
+			}
+		}
+	}
+}

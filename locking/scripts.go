@@ -26,18 +26,18 @@ func loadScript(name string, prepend ...string) *redis.Script {
 
 var (
 	obtainScript  = loadScript("obtain.lua")
-	releaseScript = loadScript("release.lua")
+	releaseScript = loadScript("release.lua", "receipt_lib.lua")
 	extendScript  = loadScript("extend.lua")
 	pttlScript    = loadScript("pttl.lua")
 
 	reentrantLockScript   = loadScript("reentrant_lock.lua")
-	reentrantUnlockScript = loadScript("reentrant_unlock.lua")
+	reentrantUnlockScript = loadScript("reentrant_unlock.lua", "receipt_lib.lua")
 	reentrantExtendScript = loadScript("reentrant_extend.lua")
 	reentrantPTTLScript   = loadScript("reentrant_pttl.lua")
 
 	rwRLockScript  = loadScript("rw_rlock.lua", "rw_lib.lua")
 	rwWLockScript  = loadScript("rw_wlock.lua", "rw_lib.lua")
-	rwUnlockScript = loadScript("rw_unlock.lua", "rw_lib.lua")
+	rwUnlockScript = loadScript("rw_unlock.lua", "rw_lib.lua", "receipt_lib.lua")
 	rwExtendScript = loadScript("rw_extend.lua", "rw_lib.lua")
 	rwPTTLScript   = loadScript("rw_pttl.lua", "rw_lib.lua")
 	rwUnwaitScript = loadScript("rw_unwait.lua", "rw_lib.lua")

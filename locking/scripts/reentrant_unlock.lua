@@ -1,8 +1,9 @@
--- reentrant_unlock: give up one hold of a reentrant lock.
+-- reentrant_unlock: give up one hold of a reentrant lock. (receipt_lib.lua
+-- is prepended.)
 --
 -- KEYS[1]  the lock hash (reentrant_lock.lua)
--- KEYS[2]  the lock's release receipt (same hash slot; absent when the key
---          has none, see receiptKeys): the token of its last release
+-- KEYS[2]  the lock's release receipt (receipt_lib.lua; same hash slot;
+--          absent when the key has none)
 -- ARGV[1]  the owner ID
 -- ARGV[2]  the release channel (a pub/sub channel, not a key)
 -- ARGV[3]  the hold's token
@@ -16,14 +17,12 @@
 --         token (this release, whose answer was lost, sent again; the count
 --         is not known then), else -1.
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] or redis.call('HDEL', KEYS[1], 'h:' .. ARGV[3]) == 0 then
-  if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[3] then
+  if released_by(ARGV[3]) then
     return 0
   end
   return -1
 end
-if KEYS[2] then
-  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
-end
+write_receipt(ARGV[3], ARGV[4])
 local n = redis.call('HLEN', KEYS[1]) - 1
 if n > 0 then
   return n

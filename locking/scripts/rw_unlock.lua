@@ -1,8 +1,9 @@
--- rw_unlock: give up a read or write hold. (rw_lib.lua is prepended.)
+-- rw_unlock: give up a read or write hold. (rw_lib.lua and receipt_lib.lua
+-- are prepended.)
 --
 -- KEYS[1]  the read-write lock hash
--- KEYS[2]  the lock's release receipt (same hash slot; absent when the key
---          has none, see receiptKeys): the token of its last release
+-- KEYS[2]  the lock's release receipt (receipt_lib.lua; same hash slot;
+--          absent when the key has none)
 -- ARGV[1]  the holder's token
 -- ARGV[2]  "r" for a read hold, "w" for the write hold
 -- ARGV[3]  the release channel (a pub/sub channel, not a key)
@@ -18,15 +19,13 @@
 local now = now_ms()
 local field = ARGV[2] .. ':' .. ARGV[1]
 if field_exp(KEYS[1], field, now) == nil then
-  if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[1] then
+  if released_by(ARGV[1]) then
     return 0
   end
   return -1
 end
 redis.call('HDEL', KEYS[1], field)
-if KEYS[2] then
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
-end
+write_receipt(ARGV[1], ARGV[4])
 local s = load(KEYS[1], now)
 rearm(KEYS[1], s.latest, now)
 local left = s.readers
