@@ -125,6 +125,16 @@ func TestAdminEndpoints(t *testing.T) {
 		jobs[0].Paused.Note != "migration" || !strings.HasPrefix(jobs[0].Paused.By, "http 127.0.0.1:") {
 		t.Fatalf("GET /jobs: %d %s (%v)", code, body, err)
 	}
+	// A second pause with no note (a click on a page whose note box was
+	// emptied, a request sent again) leaves the standing pause as it is, as
+	// worker pause does: it used to wipe its note and who asked. Found by
+	// review.
+	if code, body := do(on.URL, "POST", "/admin/jobs/lottery/pause", "Bearer s3cret", url.Values{"note": {""}}); code != http.StatusOK || !strings.Contains(body, `"changed":false`) {
+		t.Fatalf("a second pause with no note: %d %q", code, body)
+	}
+	if p, err := store.Pauses(context.Background(), []string{"lottery"}); err != nil || p["lottery"].Note != "migration" || p["lottery"].By != jobs[0].Paused.By {
+		t.Fatalf("after a second pause with no note, the pause is %+v (%v); want the first one's note and asker", p["lottery"], err)
+	}
 	if code, body := do(on.URL, "POST", "/admin/jobs/lottery/resume", "Bearer s3cret", nil); code != http.StatusOK || !strings.Contains(body, `"changed":true`) || paused() {
 		t.Fatalf("resume: %d %q, paused %v", code, body, paused())
 	}

@@ -108,9 +108,13 @@ var noCounter, _ = noop.NewMeterProvider().Meter("").Int64Counter("")
 // before another may send it; the one that took it, for an attempt.
 const alertHold = 30 * time.Second
 
+// maxAlertTimeout is the longest alerts.timeout: one POST, then the record of
+// its outcome (at most 5s), must end within alertHold.
+const maxAlertTimeout = 20 * time.Second
+
 func newAlerter(cfg *Config, store *slotstore.Store, secret []byte, log *slog.Logger, mp metric.MeterProvider) (*alerter, error) {
 	a := &alerter{cfg: cfg.Alerts, secret: secret, store: store, self: cfg.ReplicaID + "/" + randomHex(6), prefix: cfg.Redis.KeyPrefix,
-		kinds: map[string]bool{}, log: log, client: &http.Client{Timeout: cfg.Alerts.Timeout},
+		kinds: map[string]bool{}, log: log, client: webhookClient(cfg.Alerts.Timeout),
 		events: make(chan scheduler.Event, 1024), wake: make(chan struct{}, 1),
 		backoff: func(n int) time.Duration { return min(time.Second<<min(n, 9), 5*time.Minute) }}
 	for _, k := range cfg.Alerts.Events {
@@ -247,6 +251,14 @@ func (a *alerter) send(ctx context.Context, d slotstore.Delivery) {
 	}
 }
 
+// webhookClient is the client that posts alerts. It follows no redirect: Go's
+// client would send a 301, 302 or 303's POST again as a GET with no body,
+// and a 2xx to that GET would count the alert delivered though its payload
+// never arrived. A 3xx is a failed attempt, which says where it points.
+func webhookClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
 // post sends d's payload, an event of kind event, signed; any answer but
 // 2xx is an error.
 func (a *alerter) post(ctx context.Context, d slotstore.Delivery, event string) error {
@@ -268,6 +280,10 @@ func (a *alerter) post(ctx context.Context, d slotstore.Delivery, event string) 
 	}
 	defer resp.Body.Close()
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 == 3 {
+		return fmt.Errorf("the webhook answered %s to %s: redirects are not followed (the payload would not be sent again); set alerts.webhooks to the URL it names",
+			resp.Status, resp.Header.Get("Location"))
+	}
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("the webhook answered %s", resp.Status)
 	}

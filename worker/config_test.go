@@ -135,6 +135,8 @@ func TestValidationMessages(t *testing.T) {
 			`config.yaml:4: alerts.secret_env: "MY-SECRET" is not an environment variable's name`,
 			`config.yaml:5: alerts.max_attempts: must be >= 1, got -1`}},
 		{"negative db", "redis:\n  db: -1\n" + minimal, []string{`config.yaml:2: redis.db: must be >= 0, got -1`}},
+		{"long alert timeout", "alerts:\n  timeout: 30s\n" + minimal, []string{
+			`config.yaml:2: alerts.timeout: must be at most 20s (a replica holds a delivery 30s for one attempt and its record; a POST still going after that may be sent again by another replica), got 30s`}},
 		{"long wait for replicas", "redis:\n  wait_replicas: 1\n  wait_timeout: 3s\n" + minimal, []string{
 			`config.yaml:3: redis.wait_timeout: must be at most 1s (the answer to a batch comes after its WAIT, and the client waits 3s for it), got 3s`}},
 		{"ca file without tls", "redis:\n  tls:\n    ca_file: " + ca + "\n" + minimal, []string{`config.yaml:3: redis.tls.ca_file: set, but tls.enabled is false`}},

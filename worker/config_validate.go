@@ -237,6 +237,10 @@ func (a AlertsConfig) validate(bad func(path, format string, args ...any)) {
 	if a.Timeout < 0 {
 		bad("alerts.timeout", "must be > 0, got %v", a.Timeout)
 	}
+	if a.Timeout > maxAlertTimeout {
+		bad("alerts.timeout", "must be at most %v (a replica holds a delivery %v for one attempt and its record; a POST still going after that may be sent again by another replica), got %v",
+			maxAlertTimeout, alertHold, a.Timeout)
+	}
 	if a.MaxAttempts < 0 {
 		bad("alerts.max_attempts", "must be >= 1, got %d", a.MaxAttempts)
 	}
