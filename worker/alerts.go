@@ -97,6 +97,10 @@ type alerter struct {
 	events  chan scheduler.Event
 	wake    chan struct{}
 	counter metric.Int64Counter
+	// carried are the events loop took but could not add before it stopped:
+	// flush adds them, on a context of its own. Written by loop, read by
+	// flush once loop has returned.
+	carried []scheduler.Event
 	// backoff is the wait before attempt n+1; a test shortens it.
 	backoff func(n int) time.Duration
 }
@@ -189,8 +193,8 @@ func (a *alerter) loop(ctx context.Context) {
 				if err == nil {
 					break
 				}
-				if ctx.Err() != nil {
-					a.log.Error("alert lost at shutdown: it could not be added to the outbox", "event", string(e.Kind), "id", e.ID, "error", err)
+				if ctx.Err() != nil { // the stop cut the add off: flush adds it
+					a.carried = append(a.carried, e)
 					return
 				}
 				a.log.Warn("cannot add an alert to the outbox; retrying", "event", string(e.Kind), "id", e.ID, "error", err)
@@ -313,12 +317,20 @@ func webhookSecret(cfg *Config) ([]byte, error) {
 // flush adds the events still waiting in the alerter to the outbox, for any
 // replica to send at once: this one is stopping.
 func (a *alerter) flush(ctx context.Context) {
+	add := func(e scheduler.Event) {
+		if err := a.add(ctx, e, 0); err != nil {
+			a.count(string(e.Kind), "dropped")
+			a.log.Error("alert lost at shutdown: it could not be added to the outbox", "event", string(e.Kind), "id", e.ID, "error", err)
+		}
+	}
+	for _, e := range a.carried {
+		add(e)
+	}
+	a.carried = nil
 	for {
 		select {
 		case e := <-a.events:
-			if err := a.add(ctx, e, 0); err != nil {
-				a.log.Error("alert lost at shutdown: it could not be added to the outbox", "event", string(e.Kind), "id", e.ID, "error", err)
-			}
+			add(e)
 		default:
 			return
 		}
