@@ -106,6 +106,10 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 		err = j.fn(ctx, run) // j.fn recovers panics and applies the timeout (jobs middleware)
 	}
 	took := time.Since(began)
+	// As at the start: a lease whose time ran out as the job returned ends
+	// now, though its timer may not have fired (the two are due at once),
+	// so that the loss is seen and recorded, not finished over as done.
+	lease.Proven()
 	lost := settleLoss() // a loss is recorded, and on the run span, before it ends
 	r.renew.remove(lease)
 
