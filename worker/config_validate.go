@@ -84,7 +84,7 @@ func (c *Config) validate(d *decoder) {
 	if r.WaitTimeout < 0 {
 		bad("redis.wait_timeout", "must be > 0, got %v", r.WaitTimeout)
 	}
-	if r.WaitTimeout > redisReadTimeout/3 {
+	if r.WaitReplicas > 0 && r.WaitTimeout > redisReadTimeout/3 {
 		// With a replica down, every batch would wait this long for its
 		// answer, and the client give up reading it: claims and finishes
 		// written in Redis would be reported as failed.
