@@ -100,7 +100,9 @@ func adminRoutes(mux *http.ServeMux, cfg *Config, store *slotstore.Store, s *sch
 					http.Error(w, err.Error(), http.StatusBadRequest)
 					return
 				}
-				changed, err = pauseOverHTTP(ctx, cfg, store, job, note, "http "+r.RemoteAddr)
+				var p pauseOutcome
+				p, err = pauseJob(ctx, cfg, store, job, note, "http "+r.RemoteAddr)
+				changed = p.changed
 			} else {
 				changed, err = store.Resume(ctx, job)
 			}
@@ -190,27 +192,4 @@ func trigger(ctx context.Context, w http.ResponseWriter, r *http.Request, s *sch
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
-}
-
-// pauseOverHTTP pauses job as worker pause does: a pause without a note, on
-// a job that a pause holds already, leaves that pause as it is (its note,
-// who asked, its time), so that a second click or a retried request does
-// not wipe its reason. Either way the pause's alert is added (it is named by
-// the pause's time: a second add is the same alert), should the first one's
-// have been lost with its reply.
-func pauseOverHTTP(ctx context.Context, cfg *Config, store *slotstore.Store, job, note, by string) (changed bool, err error) {
-	if note == "" {
-		pauses, err := store.Pauses(ctx, []string{job})
-		if err != nil {
-			return false, err
-		}
-		if p, ok := pauses[job]; ok {
-			return false, addPaused(ctx, cfg, store, job, p.Note, p.By, p.At)
-		}
-	}
-	changed, since, err := store.Pause(ctx, job, note, by)
-	if err != nil {
-		return false, err
-	}
-	return changed, addPaused(ctx, cfg, store, job, note, by, since)
 }

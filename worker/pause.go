@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -54,38 +55,20 @@ func pause(ctx context.Context, cfg *Config, rdb redis.UniversalClient, sub, job
 		}
 		return 0
 	}
-	if note == "" { // a second pause without a note keeps the first one's reason
-		pauses, err := slots.Pauses(ctx, []string{job})
-		if err != nil {
-			fmt.Fprintf(stderr, "worker pause: %v\n", err)
-			return 1
-		}
-		if p, ok := pauses[job]; ok {
-			// Its alert, should the pause's own have been lost with its reply.
-			if err := addPaused(ctx, cfg, slots, job, p.Note, p.By, p.At); err != nil {
-				fmt.Fprintf(stderr, "worker pause: paused, but the alert could not be added to the outbox: %v\n", err)
-				return 1
-			}
-			fmt.Fprintf(out, "%s was paused already, by %s since %s: %q; left as it is (-note replaces the note)\n",
-				job, p.By, p.At.UTC().Format(time.RFC3339), p.Note)
-			return 0
-		}
-	}
-	changed, since, err := slots.Pause(ctx, job, note, asker())
-	if err != nil {
+	p, err := pauseJob(ctx, cfg, slots, job, note, asker())
+	switch {
+	case errors.Is(err, errAlertNotAdded):
+		fmt.Fprintf(stderr, "worker pause: paused, but %v\n", err)
+		return 1
+	case err != nil:
 		fmt.Fprintf(stderr, "worker pause: %v\n", err)
 		return 1
+	case p.kept != nil:
+		fmt.Fprintf(out, "%s was paused already, by %s since %s: %q; left as it is (-note replaces the note)\n",
+			job, p.kept.By, p.kept.At.UTC().Format(time.RFC3339), p.kept.Note)
+		return 0
 	}
-	// Added whether or not this call changed the state: a pause whose reply
-	// was lost (a timeout; go-redis may have sent it again, and the second
-	// try found the first's pause) or that an earlier run of this command
-	// made before it failed. The alert is named by the pause's time, so the
-	// outbox adds it once per pause.
-	if err := addPaused(ctx, cfg, slots, job, note, asker(), since); err != nil {
-		fmt.Fprintf(stderr, "worker pause: paused, but the alert could not be added to the outbox: %v\n", err)
-		return 1
-	}
-	if changed {
+	if p.changed {
 		fmt.Fprintf(out, "paused %s: from its next slot on, every replica records its slots paused and runs none; runs in progress go on\n", job)
 	} else {
 		fmt.Fprintf(out, "%s was paused already; its note is now %q\n", job, note)
@@ -101,4 +84,48 @@ func asker() string {
 	}
 	host, _ := os.Hostname()
 	return name + "@" + host
+}
+
+// pauseOutcome is what pauseJob did: kept is the pause that stood, left as
+// it was (a pause without a note on a paused job); else changed says
+// whether the job was running.
+type pauseOutcome struct {
+	kept    *slot.Pause
+	changed bool
+}
+
+// errAlertNotAdded wraps the error of a pause whose alert could not be added
+// to the outbox: the job is paused all the same.
+var errAlertNotAdded = errors.New("the alert could not be added to the outbox")
+
+// pauseJob pauses job for worker pause and the HTTP endpoint alike. A pause
+// without a note, on a job that a pause holds already, leaves that pause as
+// it is (its note, who asked, its time), so that a second click or a
+// command sent again does not wipe its reason. Either way the pause's alert
+// is added, whether or not this call changed the state: a pause whose reply
+// was lost (a timeout; go-redis may have sent it again, and the second try
+// found the first's pause), or that an earlier call made before it failed.
+// The alert is named by the pause's time, so the outbox adds it once per
+// pause.
+func pauseJob(ctx context.Context, cfg *Config, store *slotstore.Store, job, note, by string) (pauseOutcome, error) {
+	alert := func(note, by string, since time.Time) error {
+		if err := addPaused(ctx, cfg, store, job, note, by, since); err != nil {
+			return fmt.Errorf("%w: %w", errAlertNotAdded, err)
+		}
+		return nil
+	}
+	if note == "" {
+		pauses, err := store.Pauses(ctx, []string{job})
+		if err != nil {
+			return pauseOutcome{}, err
+		}
+		if p, ok := pauses[job]; ok {
+			return pauseOutcome{kept: &p}, alert(p.Note, p.By, p.At)
+		}
+	}
+	changed, since, err := store.Pause(ctx, job, note, by)
+	if err != nil {
+		return pauseOutcome{}, err
+	}
+	return pauseOutcome{changed: changed}, alert(note, by, since)
 }
