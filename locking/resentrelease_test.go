@@ -3,6 +3,8 @@ package locking_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,35 +100,20 @@ func TestARedlockLostAfterAFailedAttemptIsNotHeld(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Once an attempt has taken node 0 and its unlock has given it back
-	// (the attempt failed: no quorum), the blockers go, and the next
-	// attempt wins.
-	freed := make(chan error, 1)
-	go func() {
-		took := false
-		deadline := time.Now().Add(10 * time.Second) // a guard against a hang only
-		for time.Now().Before(deadline) {
-			v, err := clients[0].Get(ctx, key).Result()
-			switch {
-			case err == nil && v != "":
-				took = true
-			case errors.Is(err, redis.Nil) && took:
-				for _, c := range clients[1:4] {
-					if err := c.Del(ctx, key).Err(); err != nil {
-						freed <- err
-						return
-					}
-				}
-				freed <- nil
-				return
+	// Once the first attempt has failed (no quorum) and its unlock has run
+	// on node 0, the blockers go, and the next attempt wins.
+	unblock := &afterUnlock{do: func() error {
+		for _, c := range clients[1:4] {
+			if err := c.Del(ctx, key).Err(); err != nil {
+				return err
 			}
-			time.Sleep(time.Millisecond)
 		}
-		freed <- errors.New("no failed attempt seen on node 0 within 10s")
-	}()
+		return nil
+	}}
+	clients[0].AddHook(unblock)
 	l, err := rl.Obtain(ctx, key, 200*time.Millisecond)
-	if ferr := <-freed; ferr != nil {
-		t.Fatal(ferr)
+	if !unblock.done.Load() {
+		t.Fatalf("no attempt failed before Obtain returned (%v): the test shows nothing", err)
 	}
 	if err != nil {
 		t.Fatalf("Obtain: %v", err)
@@ -179,5 +166,27 @@ func TestAReceiptIsNeverWrittenOverAnotherLock(t *testing.T) {
 				t.Errorf("%s %s: A's Release: %v", kind, name, err)
 			}
 		}
+	}
+}
+
+// afterUnlock is a go-redis hook that runs do once, after the first release
+// script (its channel argument ends in ":released") has run on its client.
+type afterUnlock struct {
+	processOnly
+	do   func() error
+	done atomic.Bool
+}
+
+func (h *afterUnlock) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if ch, ok := args[len(args)-2].(string); ok && len(args) == 7 && strings.HasSuffix(ch, ":released") && !h.done.Load() {
+			if derr := h.do(); derr != nil {
+				return derr
+			}
+			h.done.Store(true)
+		}
+		return err
 	}
 }
