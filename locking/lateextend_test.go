@@ -63,28 +63,7 @@ func TestALateShorterExtendCutsNoTTL(t *testing.T) {
 		short = 500 * time.Millisecond
 		long  = 20 * time.Second
 	)
-	kinds := map[string]func(ctx context.Context, rdb *redis.Client, key string) (*locking.Lease, error){
-		"lease": func(ctx context.Context, rdb *redis.Client, key string) (*locking.Lease, error) {
-			return locking.New(rdb).Obtain(ctx, key, time.Second)
-		},
-		"reentrant": func(ctx context.Context, rdb *redis.Client, key string) (*locking.Lease, error) {
-			return locking.New(rdb).Reentrant(key, "owner").TryLock(ctx, time.Second)
-		},
-		"read hold": func(ctx context.Context, rdb *redis.Client, key string) (*locking.Lease, error) {
-			return locking.New(rdb).RWMutex(key).TryRLock(ctx, time.Second)
-		},
-		"write hold": func(ctx context.Context, rdb *redis.Client, key string) (*locking.Lease, error) {
-			return locking.New(rdb).RWMutex(key).TryLock(ctx, time.Second)
-		},
-		"redlock of one node": func(ctx context.Context, rdb *redis.Client, key string) (*locking.Lease, error) {
-			rl, err := locking.NewRedlock([]locking.RedisClient{rdb}, locking.WithRetries(0, 0))
-			if err != nil {
-				return nil, err
-			}
-			return rl.Obtain(ctx, key, time.Second)
-		},
-	}
-	for name, obtain := range kinds {
+	for name, obtain := range holdKinds(time.Second) {
 		t.Run(name, func(t *testing.T) {
 			srv, rdb, _ := setup(t)
 			ctx := context.Background()
@@ -112,5 +91,32 @@ func TestALateShorterExtendCutsNoTTL(t *testing.T) {
 					short, left, l.Deadline().Sub(expiry).Round(time.Millisecond))
 			}
 		})
+	}
+}
+
+// holdKinds obtains a hold of each kind on key for ttl: the plain lease, the
+// reentrant lock's, the read-write lock's read and write holds, and a
+// Redlock's (of one node, rdb).
+func holdKinds(ttl time.Duration) map[string]func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error) {
+	return map[string]func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error){
+		"lease": func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error) {
+			return locking.New(rdb).Obtain(ctx, key, ttl)
+		},
+		"reentrant": func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error) {
+			return locking.New(rdb).Reentrant(key, "owner").TryLock(ctx, ttl)
+		},
+		"read hold": func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error) {
+			return locking.New(rdb).RWMutex(key).TryRLock(ctx, ttl)
+		},
+		"write hold": func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error) {
+			return locking.New(rdb).RWMutex(key).TryLock(ctx, ttl)
+		},
+		"redlock of one node": func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error) {
+			rl, err := locking.NewRedlock([]locking.RedisClient{rdb}, locking.WithRetries(0, 0))
+			if err != nil {
+				return nil, err
+			}
+			return rl.Obtain(ctx, key, ttl)
+		},
 	}
 }

@@ -20,28 +20,7 @@ import (
 // a receipt that the second run finds. A hold that really was lost still
 // answers ErrNotHeld (TestForeignTokenCannotReleaseOrExtend and its kin).
 func TestAReleaseSentAgainIsNotNotHeld(t *testing.T) {
-	kinds := map[string]func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error){
-		"lease": func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error) {
-			return locking.New(rdb).Obtain(ctx, key, time.Minute)
-		},
-		"reentrant": func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error) {
-			return locking.New(rdb).Reentrant(key, "owner").TryLock(ctx, time.Minute)
-		},
-		"read hold": func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error) {
-			return locking.New(rdb).RWMutex(key).TryRLock(ctx, time.Minute)
-		},
-		"write hold": func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error) {
-			return locking.New(rdb).RWMutex(key).TryLock(ctx, time.Minute)
-		},
-		"redlock of one node": func(ctx context.Context, rdb redis.UniversalClient, key string) (*locking.Lease, error) {
-			rl, err := locking.NewRedlock([]locking.RedisClient{rdb}, locking.WithRetries(0, 0))
-			if err != nil {
-				return nil, err
-			}
-			return rl.Obtain(ctx, key, time.Minute)
-		},
-	}
-	for name, obtain := range kinds {
+	for name, obtain := range holdKinds(time.Minute) {
 		t.Run(name, func(t *testing.T) {
 			srv, rdb, _ := setup(t)
 			ctx := context.Background()
