@@ -64,11 +64,13 @@ type Option func(*Store) error
 // only: on a Cluster, New refuses it. The batch's answer comes after the
 // WAIT: keep timeout well under the client's ReadTimeout and the callers'
 // deadlines, or with a replica down every batch fails to be answered,
-// though Redis ran it.
+// though Redis ran it. A won claim's lease counts from its send, so keep
+// timeout well under the lease TTL less the renewal period too. WAIT takes
+// whole milliseconds (0 waits forever): timeout must be 1ms or more.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(s *Store) error {
-		if n < 1 || timeout <= 0 {
-			return fmt.Errorf("slotstore: WithWaitReplicas: need n >= 1 and timeout > 0, got %d and %v", n, timeout)
+		if n < 1 || timeout < time.Millisecond {
+			return fmt.Errorf("slotstore: WithWaitReplicas: need n >= 1 and timeout >= 1ms (WAIT takes whole milliseconds, and 0 waits forever), got %d and %v", n, timeout)
 		}
 		s.waitReplicas, s.waitTimeout = n, timeout
 		return nil

@@ -1628,3 +1628,19 @@ func TestClaimsOfSeveralReplicasInOneBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestWithWaitReplicasRefusesAWaitUnderAMillisecond: Redis's WAIT takes
+// whole milliseconds, and WAIT n 0 waits forever: a timeout under 1ms would
+// leave every batch unanswered with a replica down.
+func TestWithWaitReplicasRefusesAWaitUnderAMillisecond(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // New sends nothing
+	defer rdb.Close()
+	for _, d := range []time.Duration{0, 500 * time.Microsecond, -time.Second} {
+		if _, err := slotstore.New(rdb, "p", slotstore.WithWaitReplicas(1, d)); err == nil {
+			t.Errorf("WithWaitReplicas(1, %v): no error", d)
+		}
+	}
+	if _, err := slotstore.New(rdb, "p", slotstore.WithWaitReplicas(1, time.Millisecond)); err != nil {
+		t.Errorf("WithWaitReplicas(1, 1ms): %v", err)
+	}
+}

@@ -32,14 +32,18 @@ type Config struct {
 
 // RedisConfig says how to reach Redis.
 type RedisConfig struct {
-	Mode       string    `yaml:"mode"` // single, sentinel, cluster or embedded
-	Addrs      []string  `yaml:"addrs"`
-	MasterName string    `yaml:"master_name"`
-	Username   string    `yaml:"username"`
-	Password   string    `yaml:"password"`
-	DB         int       `yaml:"db"`
-	TLS        TLSConfig `yaml:"tls"`
-	KeyPrefix  string    `yaml:"key_prefix"`
+	Mode       string   `yaml:"mode"` // single, sentinel, cluster or embedded
+	Addrs      []string `yaml:"addrs"`
+	MasterName string   `yaml:"master_name"`
+	// SentinelUsername and SentinelPassword: the sentinels' own credentials
+	// (mode sentinel); Username and Password go to the master.
+	SentinelUsername string    `yaml:"sentinel_username"`
+	SentinelPassword string    `yaml:"sentinel_password"`
+	Username         string    `yaml:"username"`
+	Password         string    `yaml:"password"`
+	DB               int       `yaml:"db"`
+	TLS              TLSConfig `yaml:"tls"`
+	KeyPrefix        string    `yaml:"key_prefix"`
 	// WaitReplicas and WaitTimeout: see slotstore.WithWaitReplicas.
 	WaitReplicas int           `yaml:"wait_replicas"`
 	WaitTimeout  time.Duration `yaml:"wait_timeout"`
@@ -103,6 +107,8 @@ type JobConfig struct {
 const (
 	// PasswordEnv, when set, overrides redis.password.
 	PasswordEnv = "SLOTCRON_REDIS_PASSWORD"
+	// SentinelPasswordEnv, when set, overrides redis.sentinel_password.
+	SentinelPasswordEnv = "SLOTCRON_REDIS_SENTINEL_PASSWORD"
 	// ReplicaIDEnv, when set, overrides replica_id.
 	ReplicaIDEnv = "SLOTCRON_REPLICA_ID"
 	// HTTPListenEnv, when set, overrides http.listen; set to "" for no HTTP.
@@ -231,6 +237,10 @@ func (c *Config) defaults(d *decoder) {
 	if pw := os.Getenv(PasswordEnv); pw != "" {
 		c.Redis.Password = pw
 	}
+	if pw := os.Getenv(SentinelPasswordEnv); pw != "" {
+		c.Redis.SentinelPassword = pw
+		d.setByEnv("redis.sentinel_password", SentinelPasswordEnv)
+	}
 	if c.Redis.KeyPrefix == "" {
 		c.Redis.KeyPrefix = slot.DefaultKeyPrefix
 	}
@@ -341,6 +351,9 @@ func (c *Config) resolved() ([]byte, error) {
 	shown := *c
 	if !c.replicaIDSet { // hostname-pid of the process that checks: each replica has its own
 		shown.ReplicaID = ""
+	}
+	if shown.Redis.SentinelPassword != "" {
+		shown.Redis.SentinelPassword = "(set, not shown)"
 	}
 	if shown.Redis.Password != "" {
 		shown.Redis.Password = "(set, not shown)"

@@ -139,6 +139,17 @@ func TestValidationMessages(t *testing.T) {
 			`config.yaml:2: alerts.timeout: must be at most 20s (a replica holds a delivery 30s for one attempt and its record; a POST still going after that may be sent again by another replica), got 30s`}},
 		{"long wait for replicas", "redis:\n  wait_replicas: 1\n  wait_timeout: 3s\n" + minimal, []string{
 			`config.yaml:3: redis.wait_timeout: must be at most 1s (the answer to a batch comes after its WAIT, and the client waits 3s for it), got 3s`}},
+		{"wait under a millisecond", "redis:\n  wait_replicas: 1\n  wait_timeout: 500us\n" + minimal, []string{
+			`config.yaml:3: redis.wait_timeout: must be at least 1ms (WAIT counts whole milliseconds, and WAIT with 0 waits forever), got 500µs`}},
+		{"wait against the lease", "redis:\n  wait_replicas: 1\n  wait_timeout: 300ms\nlease:\n  ttl: 1s\n" + minimal, []string{
+			`config.yaml:3: redis.wait_timeout: must be at most 222ms, a third of what lease.ttl (1s) leaves after lease.renew_every (333ms): a won claim's answer comes after its WAIT (two after a Redis restart), and its lease must last until its first renewal, got 300ms`}},
+		{"wait with the embedded redis", "redis:\n  mode: embedded\n  wait_replicas: 1\n" + minimal, []string{
+			`config.yaml:3: redis.wait_replicas: mode embedded has no replicas to wait for`}},
+		{"master name outside sentinel", "redis:\n  master_name: mymaster\n" + minimal, []string{
+			`config.yaml:2: redis.master_name: set, but redis.mode is single (the master's name is for mode sentinel)`}},
+		{"sentinel credentials outside sentinel", "redis:\n  mode: cluster\n  addrs: [a:1]\n  sentinel_username: u\n  sentinel_password: p\n" + minimal, []string{
+			`config.yaml:4: redis.sentinel_username: set, but redis.mode is cluster (the sentinels' credentials are for mode sentinel)`,
+			`config.yaml:5: redis.sentinel_password: set, but redis.mode is cluster (the sentinels' credentials are for mode sentinel)`}},
 		{"ca file without tls", "redis:\n  tls:\n    ca_file: " + ca + "\n" + minimal, []string{`config.yaml:3: redis.tls.ca_file: set, but tls.enabled is false`}},
 		{"missing ca file", "redis:\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n" + minimal, []string{`config.yaml:4: redis.tls.ca_file: stat /nonexistent/ca.pem: no such file or directory`}},
 		{"prefix with a brace", "redis:\n  key_prefix: \"a{b\"\n" + minimal, []string{`config.yaml:2: redis.key_prefix: "a{b" must be free of '{', '}' and spaces`}},
@@ -226,7 +237,7 @@ jobs:
     overlap: queue
 `
 	_, err := Load("config.yaml", []byte(yaml), registered)
-	want := `config.yaml:3: redis.adrs: unknown field; redis has mode, addrs, master_name, username, password, db, tls, key_prefix, wait_replicas, wait_timeout
+	want := `config.yaml:3: redis.adrs: unknown field; redis has mode, addrs, master_name, sentinel_username, sentinel_password, username, password, db, tls, key_prefix, wait_replicas, wait_timeout
 config.yaml:5: lease.ttl: "fifteen" is not a duration; write it as 500ms, 15s or 1h
 config.yaml:7: jobs[0].name: no job "lotery" is registered; registered: lottery, report
 config.yaml:8: jobs[0].schedule: expected 5 or 6 fields, found 4

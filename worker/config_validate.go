@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/slotcron/slotcron/jobs"
 	"github.com/slotcron/slotcron/scheduler"
@@ -53,8 +54,21 @@ func (c *Config) validate(d *decoder) {
 		if len(r.Addrs) > 0 {
 			bad("redis.addrs", "mode embedded runs its own in-process Redis; remove the addresses")
 		}
+		if r.WaitReplicas > 0 { // (miniredis answers every WAIT with 0: every finish would say unreplicated)
+			bad("redis.wait_replicas", "mode embedded has no replicas to wait for")
+		}
 	default:
 		bad("redis.mode", "must be single, sentinel, cluster or embedded, got %q", r.Mode)
+	}
+	if r.Mode != ModeSentinel {
+		if r.MasterName != "" {
+			bad("redis.master_name", "set, but redis.mode is %s (the master's name is for mode sentinel)", r.Mode)
+		}
+		for _, f := range []struct{ path, v string }{{"redis.sentinel_username", r.SentinelUsername}, {"redis.sentinel_password", r.SentinelPassword}} {
+			if f.v != "" {
+				bad(f.path, "set, but redis.mode is %s (the sentinels' credentials are for mode sentinel)", r.Mode)
+			}
+		}
 	}
 	for i, a := range r.Addrs {
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
@@ -84,6 +98,9 @@ func (c *Config) validate(d *decoder) {
 	if r.WaitTimeout < 0 {
 		bad("redis.wait_timeout", "must be > 0, got %v", r.WaitTimeout)
 	}
+	if r.WaitReplicas > 0 && r.WaitTimeout >= 0 && r.WaitTimeout < time.Millisecond {
+		bad("redis.wait_timeout", "must be at least 1ms (WAIT counts whole milliseconds, and WAIT with 0 waits forever), got %v", r.WaitTimeout)
+	}
 	if r.WaitReplicas > 0 && r.WaitTimeout > redisReadTimeout/3 {
 		// With a replica down, every batch would wait this long for its
 		// answer, and the client give up reading it: claims and finishes
@@ -99,6 +116,14 @@ func (c *Config) validate(d *decoder) {
 		bad("lease.ttl", "must be at least %v, got %v", scheduler.MinLeaseTTL, c.Lease.TTL)
 	} else if err := scheduler.CheckRenewEvery(c.Lease.RenewEvery, c.Lease.TTL); err != nil {
 		bad("lease.renew_every", "%v", err)
+	} else if most := ((c.Lease.TTL - c.Lease.RenewEvery) / 3).Truncate(time.Millisecond); r.WaitReplicas > 0 && r.WaitTimeout > most {
+		// A lease is valid from its claim's send, and the claim's answer
+		// comes after its WAIT (two, when a restarted Redis had lost the
+		// scripts): with a replica down, a wait_timeout near the TTL would
+		// leave every won claim's lease run out before its job starts.
+		bad("redis.wait_timeout", "must be at most %v, a third of what lease.ttl (%v) leaves after lease.renew_every (%v): "+
+			"a won claim's answer comes after its WAIT (two after a Redis restart), and its lease must last until its first renewal, got %v",
+			most, c.Lease.TTL, c.Lease.RenewEvery.Round(time.Millisecond), r.WaitTimeout)
 	}
 	if c.Clock.WarnSkew <= 0 {
 		bad("clock.warn_skew", "must be > 0, got %v", c.Clock.WarnSkew)

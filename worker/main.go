@@ -70,6 +70,7 @@ Environment (one config file for every replica):
   SLOTCRON_REPLICA_ID      overrides replica_id
   SLOTCRON_HTTP_LISTEN     overrides http.listen ("" for no HTTP)
   SLOTCRON_REDIS_PASSWORD  overrides redis.password
+  SLOTCRON_REDIS_SENTINEL_PASSWORD  overrides redis.sentinel_password
   SLOTCRON_ADMIN_TOKEN     turns on the admin endpoints (trigger, pause, resume over HTTP): the bearer token
   SLOTCRON_WEBHOOK_SECRET  the key webhook payloads are signed with (alerts.secret_env names another)
 

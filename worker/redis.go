@@ -45,6 +45,7 @@ func NewRedis(cfg RedisConfig) (redis.UniversalClient, func(), error) {
 		return c, func() { c.Close() }, nil
 	case ModeSentinel:
 		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.MasterName, SentinelAddrs: cfg.Addrs,
+			SentinelUsername: cfg.SentinelUsername, SentinelPassword: cfg.SentinelPassword,
 			Username: cfg.Username, Password: cfg.Password, DB: cfg.DB, TLSConfig: tlsConfig,
 			DialTimeout: dial, ReadTimeout: read, WriteTimeout: read, ContextTimeoutEnabled: true})
 		return c, func() { c.Close() }, nil
