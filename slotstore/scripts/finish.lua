@@ -47,7 +47,7 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention, at
   if kind == 'slot' then
     lf = 'lease:' .. ref
   end
-  local j = redis.call('HMGET', st, lf, 'running', 'ends')
+  local j = redis.call('HMGET', st, lf, 'running', 'ends', 'turn')
   local ltok, _, luntil = lease_of(j[1])
   local lapsed = ltok ~= token or luntil <= now
   if lapsed then -- the lease proves nothing: the record decides
@@ -104,11 +104,13 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention, at
   else
     redis.call('HSET', st, 'running', running, 'ends', ends)
   end
-  if lapsed and kind ~= 'slot' then
-    -- A run whose lease lapsed (its replica paused past it) finishes after
-    -- all: a retry's turn for its slot (record_lib.lua), taken meanwhile by
-    -- a watcher's takeover, must not keep the job from later slots.
-    local _, tref = lease_of(redis.call('HGET', st, 'turn'))
+  if kind ~= 'slot' then
+    -- The slot is settled: a retry's turn for it (record_lib.lua), taken
+    -- meanwhile by a watcher's takeover, must not keep the job from later
+    -- slots. A run whose lease lapsed (its replica paused past it) finishes
+    -- after all; so does one whose claim or takeover, its reply lost, won
+    -- its slot back after the turn was taken: its lease holds again.
+    local _, tref = lease_of(j[4])
     if tref == ref then
       redis.call('HDEL', st, 'turn')
     end

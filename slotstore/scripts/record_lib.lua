@@ -30,8 +30,10 @@
 --                until_ms the job is held for that retry whenever its lease is
 --                free, so that later slots do not take the job first each time it
 --                frees (claim.lua answers them as if a run held it). Gone once
---                the slot is settled (taken over, abandoned, or finished by an
---                owner that was only slow); it lapses if no takeover comes back.
+--                the slot is settled (taken over, abandoned, or finished by its
+--                run: an owner that was only slow, or a claim or takeover that won
+--                the slot back when sent again after its reply was lost); it
+--                lapses if no takeover comes back.
 --   v            "2" once the job's protocol-1 keys were read in (jobstates.lua)
 --   gone         the tokens of the last 8 runs whose finish found its record lost
 --                and wrote it anew (finish.lua), newest first, space-separated, so
