@@ -60,11 +60,14 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 
 	// Record a loss when it happens, whatever ended the lease: a failed token
 	// check, or the TTL running out while renewals hang.
-	settleLoss := watchLoss(lease.Context(), func(cause error) {
+	reportLoss := func(msg string, cause error) {
 		r.s.tel.lost(j.Name)
 		st.lost(cause)
-		log.Error("lease lost: the job's context is cancelled", "error", cause)
+		log.Error(msg, "error", cause)
 		r.s.emit(slotEvent(EventLeaseLost, claimOf(j, lease), run.Attempt, run.Fence, run.RunID, cause.Error()))
+	}
+	settleLoss := watchLoss(lease.Context(), func(cause error) {
+		reportLoss("lease lost: the job's context is cancelled", cause)
 	})
 	ctx, cancel := context.WithCancelCause(lease.Context())
 	defer cancel(nil)
@@ -122,6 +125,17 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 	}
 	r.s.tel.ran(j.metrics, string(state), took)
 	ferr := st.finishing(state, func() error { return r.finish(log, j.metrics, lease, state, text, result()) })
+	unseen := errors.Is(ferr, slot.ErrLeaseLost) && !lost
+	if unseen {
+		// Redis held the lease lapsed, or another run's, while this
+		// replica held it: a takeover or another run acted on it before
+		// a renewal could tell, and the job had returned.
+		reportLoss("lease lost: Redis let it lapse while this replica held it, and the finish found it so; "+
+			"another run of the job may have started meanwhile", ferr)
+	}
+	if errors.Is(ferr, slot.ErrLeaseLost) && !errors.Is(ferr, slot.ErrNotHeld) && !errors.Is(ferr, slot.ErrUnreplicated) {
+		ferr = nil // the record holds the run's end all the same
+	}
 	if errors.Is(ferr, slot.ErrDataLoss) {
 		r.s.runDataLoss(lease, "a finished run's slot record is gone, or another run's took its place", "slotcron.job", j.Name,
 			"slotcron.slot", run.Slot.UTC().Format(time.RFC3339), "state", string(state), "error", ferr)
@@ -148,6 +162,7 @@ func (r *runner) execute(j *jobState, due time.Time, ahead bool, lease slot.Leas
 			"state", string(state), "took", took.String(), "error", text, "replication", ferr)
 	case errors.Is(ferr, slot.ErrDataLoss): // reported above
 		return state
+	case errors.Is(ferr, slot.ErrNotHeld) && unseen: // reported above
 	case errors.Is(ferr, slot.ErrNotHeld):
 		log.Warn("job finished, but the slot is no longer this run's; its record stands", "state", string(state), "error", ferr)
 	default:
@@ -212,7 +227,8 @@ func watchLoss(ctx context.Context, record func(cause error)) (settle func() (lo
 func (r *runner) finish(log *slog.Logger, m *jobMetrics, lease slot.Lease, state slot.State, text, result string) error {
 	for tries := 0; ; tries++ {
 		err := r.finisher.finish(slot.FinishRequest{Lease: lease, State: state, Error: text, Result: result})
-		if err == nil || errors.Is(err, slot.ErrNotHeld) || errors.Is(err, slot.ErrUnreplicated) || errors.Is(err, slot.ErrDataLoss) {
+		if err == nil || errors.Is(err, slot.ErrNotHeld) || errors.Is(err, slot.ErrUnreplicated) || errors.Is(err, slot.ErrDataLoss) ||
+			errors.Is(err, slot.ErrLeaseLost) {
 			if err == nil && tries >= finishLoud {
 				log.Info("a run's outcome is recorded after all", "state", string(state), "tries", tries+1)
 			}

@@ -154,7 +154,11 @@ func (s *Store) Renew(ctx context.Context, leases []slot.Lease) []error {
 // recorded (the lease has ended); an error wrapping slot.ErrNotHeld when the
 // record is no longer that run's (taken over, or recorded abandoned by
 // another replica, or gone: then it wraps slot.ErrDataLoss too), and nothing
-// was written; any other error when Redis did not answer. Run it on a context
+// was written; any other error when Redis did not answer. An error that
+// wraps slot.ErrLeaseLost says that the lease was lost in Redis while this
+// replica still held it on its own clock (Redis held it lapsed, or another
+// run's): with slot.ErrNotHeld, nothing was written; without, the record
+// holds the final state all the same. Run it on a context
 // that outlives a shutdown.
 func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 	errs := make([]error, len(reqs))
@@ -203,6 +207,11 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 			}
 			v, _ := vals[k].([]any)
 			r := reply(v)
+			// Whether the lease's time had yet to run out on this
+			// replica's clock as Redis answered: then a lease Redis held
+			// lapsed, or another run's, was lost there unseen, or seen
+			// only by a renewal that answered as the run returned.
+			held := time.Now().Before(l.v.Deadline())
 			if r.int(0) == 1 {
 				l.v.End(nil)
 				var unrepl error
@@ -210,6 +219,11 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 					unrepl = fmt.Errorf("%w: %s@%d is recorded %s, but %d of %d replicas acknowledged it within %v",
 						slot.ErrUnreplicated, l.job, l.slot.Unix(), reqs[i].State, acked, s.waitReplicas, s.waitTimeout)
 					errs[i] = unrepl
+				}
+				if held && len(v) > 1 && r.str(1) == "lapsed" {
+					errs[i] = errors.Join(fmt.Errorf("%w: %s@%d is recorded %s, but Redis held its lease lapsed, or another run's, "+
+						"while this replica held it (a failover that lost renewals, or Redis's clock stepped): another run of the job may have started meanwhile",
+						slot.ErrLeaseLost, l.job, l.slot.Unix(), reqs[i].State), unrepl)
 				}
 				if len(v) > 1 && r.str(1) == "gone" {
 					// The record written anew may be lost again by a
@@ -231,6 +245,11 @@ func (s *Store) Finish(ctx context.Context, reqs []slot.FinishRequest) []error {
 			case len(v) > 2 && r.str(2) == "replaced":
 				errs[i] = fmt.Errorf("%w: %w: %s@%d: the slot's record is another run's (%s), written after this run's was lost",
 					slot.ErrNotHeld, slot.ErrDataLoss, l.job, l.slot.Unix(), now)
+			case held:
+				// Taken over, or recorded abandoned, on a lease that Redis
+				// held lapsed while this replica held it.
+				errs[i] = fmt.Errorf("%w: %w: %s@%d is %s, though this replica held its lease (a failover that lost renewals, or Redis's clock stepped)",
+					slot.ErrNotHeld, slot.ErrLeaseLost, l.job, l.slot.Unix(), now)
 			}
 		}
 	}

@@ -848,7 +848,10 @@ func TestARetryTakesTheJobsNextTurn(t *testing.T) {
 	if r := claimOne(t, s, takeover("turn", slow, "r2", true, 3)); r.Outcome != slot.OutcomeBusy {
 		t.Fatalf("retry takeover of the slow owner's slot: %+v, want busy", r)
 	}
-	if err := finish(s, late.Lease, slot.StateDone, ""); err != nil {
+	// (lapse ends the lease in Redis alone: on this process's clock it
+	// still holds, so the finish says it was lost unseen, and writes the
+	// run's end all the same.)
+	if err := finish(s, late.Lease, slot.StateDone, ""); err != nil && (!errors.Is(err, slot.ErrLeaseLost) || errors.Is(err, slot.ErrNotHeld)) {
 		t.Fatalf("the slow owner's finish: %v", err)
 	}
 	if who, _, _, err := s.Turn(ctx, "turn"); err != nil || who != "" {

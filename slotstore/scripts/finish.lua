@@ -26,6 +26,11 @@
 --   {1}         the record was this run's and now holds the final state (the
 --               same finish sent again also answers {1}: the record begins
 --               with its head, fence included)
+--   {1, "lapsed"}
+--               the record was this run's and now holds the final state, but
+--               the lease did not prove it: Redis held it lapsed, or another
+--               run held the job (a replica that held it still, on its own
+--               clock, lost it unseen)
 --   {1, "gone"} the record now holds the final state, but the lease proved
 --               a record that Redis had lost: data loss, the final state
 --               written all the same (the run started); the same finish
@@ -114,6 +119,13 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention, at
     if tref == ref then
       redis.call('HDEL', st, 'turn')
     end
+  end
+  if lapsed then
+    -- The lease did not prove the record: Redis held it lapsed, or another
+    -- run's. If the run's replica still held it on its own clock, Redis
+    -- lost it unseen (a failover that lost renewals, its clock stepped):
+    -- the replica reports the loss.
+    return {1, 'lapsed'}
   end
   return lost or {1}
 end
