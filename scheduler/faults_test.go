@@ -424,3 +424,38 @@ func TestNoStartOnALostLease(t *testing.T) {
 		}
 	})
 }
+
+// TestAMissAfterALostReplyIsReported: Redis stops answering (SIGSTOP) from
+// just before a slot to 6s after it, past the job's 2s misfire grace and the
+// 5s claim timeout. The claim sent at the slot runs when Redis resumes, and
+// records the slot missed, its reply lost; the replica's retry carries its
+// token. It used to get "lost" to its own replica's record, at DEBUG: no
+// missed event, no WARN, no metric. It now gets the first answer again.
+// Found by review.
+func TestAMissAfterALostReplyIsReported(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		events := &eventLog{}
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 10s", LeaseTTL: 3 * time.Second, MisfireGrace: 2 * time.Second}}
+		reg := registry(t, map[string]jobs.Func{"j": func(context.Context, jobs.Run) error { return nil }})
+		h.start("r1", reg, table, events.option())
+		paused := time.Unix(time.Now().Unix()/10*10+10, 0) // the next slot
+		sleepUntil(paused.Add(-500 * time.Millisecond))
+		h.pauseRedis()
+		sleepUntil(paused.Add(6 * time.Second))
+		h.resumeRedis()
+		sleepUntil(paused.Add(9 * time.Second))
+		rec, ok := h.record("j", paused.Unix())
+		if !ok || rec.State != slot.StateMissed {
+			t.Fatalf("the slot of the pause: %s %q (found %v), want missed", rec.State, rec.Error, ok)
+		}
+		var missed []scheduler.Event
+		for _, e := range events.of(t, scheduler.EventMissed) {
+			if e.Slot.Equal(paused) {
+				missed = append(missed, e)
+			}
+		}
+		if len(missed) != 1 {
+			t.Errorf("the slot is recorded missed (%q): %d missed events for it, want 1", rec.Error, len(missed))
+		}
+	})
+}

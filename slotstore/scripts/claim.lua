@@ -138,6 +138,40 @@ local function mine(r, token)
   return r.owner == replica and r.state == 'running' and r.token == token
 end
 
+-- closed_mine reports whether the record r is one this claim wrote as it
+-- closed the slot (missed, skipped or paused), its reply lost and the claim
+-- sent again: such a record keeps the claim's token (close).
+local function closed_mine(r, token)
+  return token ~= '' and r.token == token and r.owner == replica and
+    (r.state == 'missed' or r.state == 'skipped' or r.state == 'paused')
+end
+
+-- closed_again is the reply to a claim sent again whose first try closed the
+-- slot (closed_mine): the first reply, rebuilt from the record, so that its
+-- replica reports the slot as that reply would have had it (a missed
+-- slot's event). A skipped slot names the run that holds the job now, if
+-- one does. nil when the record does not read (a protocol-1 hash).
+local function closed_again(rec, r, ref, lref, luntil, lholder)
+  local v = redis.pcall('GET', rec)
+  local m = type(v) == 'string' and parse(v)
+  if not m then
+    return nil
+  end
+  if r.state == 'missed' then
+    local late = 0
+    if string.sub(ref, 1, 2) ~= 'm:' then
+      late = (tonumber(m.finished) or 0) - tonumber(ref) * 1000
+    end
+    return {'missed', late}
+  elseif r.state == 'paused' then
+    return {'paused', m.err}
+  end
+  if lholder and luntil > now then
+    return {'skipped', lholder, lref, luntil - now}
+  end
+  return {'skipped', '', '', 0}
+end
+
 -- lost is the reply to a claim whose slot has the record r, not its own.
 local function lost(r)
   return {'lost', r.owner, r.state, tonumber(r.fence) or 0, tonumber(r.attempt) or 0}
@@ -161,7 +195,13 @@ end
 -- A scheduled slot's record that a backfill won over a missed one keeps
 -- what the missed record said as its by and note: they go with the reply
 -- (the finish writes the record from the lease).
-local function answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
+local function answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil, lref, lholder)
+  if closed_mine(r, token) then
+    local a = closed_again(rec, r, ref, lref, luntil, lholder)
+    if a then
+      return a
+    end
+  end
   if not mine(r, token) then
     return lost(r)
   end
@@ -182,8 +222,12 @@ end
 
 -- close records a slot that will not run (missed, skipped or paused), unless
 -- it has a record: nil when recorded, else the record found.
-local function close(rec, st, ring, j, ref, manual, at, retention, state, why, by, note)
-  local r = create(rec, record(state, '0', 0, 0, now, at, '-', '-', '-', ref, replica, why, '', by, note), retention)
+local function close(rec, st, ring, j, ref, manual, at, retention, state, why, by, note, token)
+  local tok = token
+  if tok == '' then
+    tok = '-'
+  end
+  local r = create(rec, record(state, '0', 0, 0, now, at, '-', tok, '-', ref, replica, why, '', by, note), retention)
   if r then
     return r
   end
@@ -210,7 +254,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     -- anything: reading it first answers the same, and spares the state's
     -- read and the record's write.
     local r = peek(rec)
-    if r and not mine(r, token) and stands(r, over_missed) then
+    if r and not mine(r, token) and not closed_mine(r, token) and stands(r, over_missed) then
       return lost(r)
     end
   end
@@ -238,9 +282,9 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   end
 
   if mode == 'miss' or (mode == 'expire' and now > tonumber(deadline)) then
-    local r = close(rec, st, ring, j, ref, manual, at, retention, 'missed', reason, by, note)
+    local r = close(rec, st, ring, j, ref, manual, at, retention, 'missed', reason, by, note, token)
     if r then
-      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
+      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil, lref, lholder)
     end
     return {'missed', late}
   end
@@ -262,7 +306,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
   if mode == 'expire' or (bounded and -late > limit) or old then
     local r = peek(rec)
     if r and stands(r, over_missed) then
-      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
+      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil, lref, lholder)
     end
     if mode == 'expire' then
       return {'early', tonumber(deadline) - now + 1}
@@ -277,23 +321,23 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     if j[6] and j[6] ~= '' then
       why = why .. ': ' .. j[6]
     end
-    local r = close(rec, st, ring, j, ref, manual, at, retention, 'paused', why, by, note)
+    local r = close(rec, st, ring, j, ref, manual, at, retention, 'paused', why, by, note, token)
     if r then
-      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
+      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil, lref, lholder)
     end
     return {'paused', why}
   end
   if live and now > tonumber(deadline) then
-    local r = close(rec, st, ring, j, ref, manual, at, retention, 'missed', reason .. ': ' .. late .. 'ms after the slot, past the misfire grace', by, note)
+    local r = close(rec, st, ring, j, ref, manual, at, retention, 'missed', reason .. ': ' .. late .. 'ms after the slot, past the misfire grace', by, note, token)
     if r then
-      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
+      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil, lref, lholder)
     end
     return {'missed', late}
   end
   if skip and ltok and ltok ~= token and luntil > now then -- a run holds the job
     local r = peek(rec) -- the slot may be that run's, or another's that ran already
     if r and stands(r, over_missed) then
-      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
+      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil, lref, lholder)
     end
     if mode == 'wait' or mode == 'ahead' or (mode == 'live' and late < 0) then
       -- (a live claim before the slot's time on Redis's clock, from a
@@ -305,9 +349,9 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     if turn then
       why = 'overlap: the job is held for the retry of ' .. slot_name(lref) .. ' (its owner lost its lease), by ' .. lholder
     end
-    r = close(rec, st, ring, j, ref, manual, at, retention, 'skipped', why, by, note)
+    r = close(rec, st, ring, j, ref, manual, at, retention, 'skipped', why, by, note, token)
     if r then
-      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
+      return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil, lref, lholder)
     end
     return {'skipped', lholder, lref, luntil - now}
   end
@@ -357,7 +401,7 @@ local function claim(rec, st, ring, ref, deadline, p, token, tail)
     r = create(rec, content, retention)
   end
   if r then
-    return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil)
+    return answer(rec, st, lf, r, token, ref, until_s, skip, ltok, luntil, lref, lholder)
   end
   if not was then
     marked(st, j[9], retention, now)
