@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -127,6 +128,15 @@ const maxAdminForm = 8 << 10
 // 413 or 400 and returns false when it cannot: a form read in part would
 // be taken with fields missing (FormValue hides the error).
 func readForm(w http.ResponseWriter, r *http.Request) bool {
+	if r.ContentLength != 0 { // a body (-1: of unknown length) must be a form: another is read as no fields
+		ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if ct != "application/x-www-form-urlencoded" && ct != "multipart/form-data" {
+			http.Error(w, fmt.Sprintf("the body's Content-Type is %q: send the fields (key, note) as a form, application/x-www-form-urlencoded "+
+				"or multipart/form-data (curl -d key=...), or in the query string with no body", r.Header.Get("Content-Type")),
+				http.StatusUnsupportedMediaType)
+			return false
+		}
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxAdminForm)
 	err := r.ParseForm() // first: ParseMultipartForm drops its error when the form is not multipart
 	if err == nil {

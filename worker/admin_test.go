@@ -102,6 +102,27 @@ func TestAdminEndpoints(t *testing.T) {
 			t.Fatalf("%s with a body of %d bytes: %d %q, paused %v; want 413 and no pause", action, len(big.Encode()), code, body, paused())
 		}
 	}
+	// A body that is not a form (JSON, or no Content-Type) is refused: read
+	// as no fields, a trigger's key would be dropped, each retry running
+	// the job again as a new manual slot, and a pause's note lost.
+	for _, action := range []string{"pause", "trigger"} {
+		for _, ct := range []string{"application/json", ""} {
+			req, _ := http.NewRequest("POST", on.URL+"/admin/jobs/lottery/"+action, strings.NewReader(`{"key":"redo-noon","note":"migration"}`))
+			if ct != "" {
+				req.Header.Set("Content-Type", ct)
+			}
+			req.Header.Set("Authorization", "Bearer s3cret")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(string(body), "application/x-www-form-urlencoded") || paused() {
+				t.Fatalf("%s with a body of Content-Type %q: %d %q, paused %v; want 415 and no pause", action, ct, resp.StatusCode, body, paused())
+			}
+		}
+	}
 	var multi bytes.Buffer
 	mw := multipart.NewWriter(&multi)
 	mw.WriteField("note", "migration")
