@@ -459,3 +459,39 @@ func TestAMissAfterALostReplyIsReported(t *testing.T) {
 		}
 	})
 }
+
+// TestARefusedSlotsMissAfterALostReplyIsReported: as
+// TestAMissAfterALostReplyIsReported, for a replica that refuses to claim
+// (its clock is 5 minutes off Redis's, past max_skew): the claim that
+// records its slots missed at their deadline (an expire claim) had no token
+// of its own, so each try got a new one from the store, and the try sent
+// again after its reply was lost found "lost" to its own record: no missed
+// event. Expire and miss claims now keep one token across tries. Found by
+// review.
+func TestARefusedSlotsMissAfterALostReplyIsReported(t *testing.T) {
+	bubble(t, func(t *testing.T, h *harness) {
+		events := &eventLog{}
+		table := []scheduler.Job{{Name: "j", Schedule: "@every 10s", MisfireGrace: 2 * time.Second}}
+		h.startWith("a", replicaOpts{offset: -5 * time.Minute}, registry(t, quiet(t)), table, events.option())
+		time.Sleep(30 * time.Second) // it has found its clock off, and refuses
+		paused := time.Now().Add(10 * time.Second).Truncate(10 * time.Second)
+		sleepUntil(paused.Add(1500 * time.Millisecond)) // the expire claim goes at the deadline, +2s
+		h.pauseRedis()
+		sleepUntil(paused.Add(8 * time.Second)) // past its 5s timeout: its reply is lost
+		h.resumeRedis()
+		sleepUntil(paused.Add(15 * time.Second))
+		rec, ok := h.record("j", paused.Unix())
+		if !ok || rec.State != slot.StateMissed {
+			t.Fatalf("the slot of the pause: %s %q (found %v), want missed", rec.State, rec.Error, ok)
+		}
+		var missed []scheduler.Event
+		for _, e := range events.of(t, scheduler.EventMissed) {
+			if e.Slot.Equal(paused) {
+				missed = append(missed, e)
+			}
+		}
+		if len(missed) != 1 {
+			t.Errorf("the slot is recorded missed (%q): %d missed events for it, want 1", rec.Error, len(missed))
+		}
+	})
+}

@@ -221,15 +221,19 @@ func (r *runner) bareClaim(kind slot.Kind, j *jobState, at time.Time) slot.Claim
 }
 
 // identify gives c the token and run ID its run takes if it wins, unless it
-// has them (a claim sent again keeps its own, so that the store knows it) or
-// needs none.
+// has them: a claim sent again keeps its own, so that the store knows it. A
+// miss or expire claim runs nothing, so it gets no run ID; it gets a token,
+// which the record it closes keeps, so that sent again after its reply was
+// lost it gets its first answer again.
 func (r *runner) identify(c *slot.Claim) {
-	if c.Token != "" || c.Kind == slot.ClaimMiss || c.Kind == slot.ClaimExpire {
+	if c.Token != "" {
 		return
 	}
 	r.tokens++
 	c.Token = r.tokenBase + "." + strconv.FormatUint(r.tokens, 10)
-	c.RunID = uuid.Must(uuid.NewV7()).String()
+	if c.Kind != slot.ClaimMiss && c.Kind != slot.ClaimExpire {
+		c.RunID = uuid.Must(uuid.NewV7()).String()
+	}
 }
 
 // newTokenBase returns 128 random bits, base64url-encoded.

@@ -54,6 +54,10 @@ func TestAFinishSaysTheLeaseWasLostUnseen(t *testing.T) {
 			if errors.Is(err, slot.ErrNotHeld) || rec.State != slot.StateDone {
 				t.Errorf("the finish: %v, the record %s; want the record done", err, rec.State)
 			}
+			// Its reply lost, the finish is sent again: it says the same.
+			if again := finish(s, run.Lease, slot.StateDone, ""); !errors.Is(again, slot.ErrLeaseLost) || errors.Is(again, slot.ErrNotHeld) {
+				t.Errorf("the finish sent again: %v, want the loss said again", again)
+			}
 		})
 	}
 	t.Run("held", func(t *testing.T) {

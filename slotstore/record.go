@@ -17,8 +17,9 @@ import (
 // The first ten are words, each followed by one space: numbers in decimal,
 // times in ms on Redis's clock (0 for none), "-" for a word that has no
 // value (a missed, skipped or paused slot has the token of the claim that
-// recorded it, or none for a claim that has none; an abandoned one has the
-// token of the takeover that recorded it, not the dead run's). lease is "job", "slot" or "-"; ref is
+// recorded it, "-" when written before claims' tokens went into them; an
+// abandoned one has the token of the takeover that recorded it, not the
+// dead run's). lease is "job", "slot" or "-"; ref is
 // the slot as the protocol names it (unix seconds, or "m:<id>" for a manual
 // slot); at is when a manual slot was asked for (0 for a scheduled one). The
 // last five are free text, each written "<length in bytes>:<bytes>", so that

@@ -30,7 +30,8 @@
 --               the record was this run's and now holds the final state, but
 --               the lease did not prove it: Redis held it lapsed, or another
 --               run held the job (a replica that held it still, on its own
---               clock, lost it unseen)
+--               clock, lost it unseen); the same finish sent again answers
+--               this too (the job's state keeps its token)
 --   {1, "gone"} the record now holds the final state, but the lease proved
 --               a record that Redis had lost: data loss, the final state
 --               written all the same (the run started); the same finish
@@ -74,8 +75,12 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention, at
       -- This finish sent again after its reply was lost wrote head itself;
       -- a takeover's abandon has a fence of its own, so it never matches.
       if string.sub(v, 1, #head) == head then
-        if has(redis.call('HGET', st, 'gone') or '', token) then
+        local said = redis.call('HMGET', st, 'gone', 'lapsed')
+        if has(said[1] or '', token) then
           return {1, 'gone'} -- the first one wrote it anew: the loss is said again
+        end
+        if has(said[2] or '', token) then
+          return {1, 'lapsed'} -- the first one found the lease lapsed: said again
         end
         return {1}
       end
@@ -124,7 +129,9 @@ local function finish(rec, st, ring, token, ref, kind, head, tail, retention, at
     -- The lease did not prove the record: Redis held it lapsed, or another
     -- run's. If the run's replica still held it on its own clock, Redis
     -- lost it unseen (a failover that lost renewals, its clock stepped):
-    -- the replica reports the loss.
+    -- the replica reports the loss. The job's state keeps the token, for
+    -- this finish sent again, its reply lost.
+    redis.call('HSET', st, 'lapsed', newest(redis.call('HGET', st, 'lapsed'), token, 8))
     return {1, 'lapsed'}
   end
   return lost or {1}

@@ -38,6 +38,9 @@
 --   gone         the tokens of the last 8 runs whose finish found its record lost
 --                and wrote it anew (finish.lua), newest first, space-separated, so
 --                that each of those finishes sent again says so too
+--   lapsed       the tokens of the last 8 runs whose finish found their lease lapsed,
+--                or another run's, and wrote their end (finish.lua), newest first,
+--                space-separated, so that each of those finishes sent again says so too
 --   rets         the retentions its records were written with lately: "<retention_ms>:<until_ms>"
 --                pairs, space-separated, one per retention; no record of a slot was
 --                first written with that retention after until_ms (marked)
