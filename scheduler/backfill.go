@@ -230,6 +230,15 @@ func (s *Scheduler) oneShot(ctx context.Context, what string, j *jobState, n, pa
 			case res == slot.OutcomeWon:
 				inflight++
 				next++
+			case res == slot.OutcomePaused && next+1 < n:
+				// Paused meanwhile: each claim from now on would record its
+				// slot paused, which no backfill runs again. Claim no more
+				// (a trigger, or the last slot, has none left anyway); the
+				// runs under way end as usual.
+				stopped = fmt.Errorf("the job was paused during the backfill: its slot %s is recorded paused, and the later ones are not reached; "+
+					"resume the job and backfill again", c.Slot.UTC().Format(time.RFC3339))
+				next++
+				n = next
 			case wait > 0: // busy: a run holds the job
 				if inflight > 0 {
 					select {
@@ -271,7 +280,15 @@ func (r *runner) claimOne(ctx context.Context, j *jobState, c slot.Claim, out *B
 		}
 		st := r.s.tel.beginSlot(ctx, name, c)
 		claiming([]*slotTrace{st})
-		cctx, cancel := context.WithTimeout(ctx, r.s.cfg.claimTimeout)
+		// As the run loop's (claimBatch): a stop does not cut off a claim
+		// in flight, which Redis may run, and win with its answer dropped,
+		// leaving the slot running with no run behind it; one not sent
+		// before the stop is not sent.
+		base := ctx
+		if ctx.Err() == nil {
+			base = context.WithoutCancel(ctx)
+		}
+		cctx, cancel := context.WithTimeout(base, r.s.cfg.claimTimeout)
 		results, err := r.s.claimer.Claim(cctx, []slot.Claim{c})
 		cancel()
 		var res slot.Result

@@ -155,6 +155,10 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 		case r.Err != nil:
 			failed++
 			line += "claim failed: " + r.Err.Error()
+		case r.Outcome == slot.OutcomeWon && r.State == "": // stopped (Ctrl-C) before its run ended
+			ran++
+			states[slot.StateRunning]++
+			line += "ran: still running when the backfill stopped; its record says how it ended"
 		case r.Outcome == slot.OutcomeWon:
 			ran++
 			states[r.State]++
