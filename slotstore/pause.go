@@ -15,7 +15,8 @@ import (
 // Pause pauses job across every replica: from the next claim on, each of its
 // slots is recorded paused, with note and by, and none runs. Runs in
 // progress go on. It reports whether the job was running (false: a pause
-// stood, and now has this note and by), and since when the pause that now
+// stood, and now has this note and by; with no note it is left as it
+// stood, its note and by kept), and since when the pause that now
 // stands holds, on Redis's clock: a pause that stood keeps its time, so
 // every Pause while it stands, a Pause sent again after its reply was lost
 // included, answers the same since. The pause is written where replicas of

@@ -93,3 +93,35 @@ func setFence(t *testing.T, rdb *redis.Client, s *slotstore.Store, job string, f
 		t.Fatal(err)
 	}
 }
+
+// TestAPauseWithNoNoteKeepsTheStandingPause: a pause with no note, on a job
+// that a pause holds already, leaves that pause as it is (its note, who
+// asked, its time), in the script itself: worker pause and the HTTP pause
+// read the standing pause first, but a pause with a note landing between
+// that read and their write had its note wiped by a second operator's
+// pause with none. Found by review.
+func TestAPauseWithNoNoteKeepsTheStandingPause(t *testing.T) {
+	_, _, s := newSlots(t)
+	ctx := context.Background()
+	_, since, err := s.Pause(ctx, "p", "migration", "a@host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed, again, err := s.Pause(ctx, "p", "", "b@host")
+	if err != nil || changed || !again.Equal(since) {
+		t.Fatalf("the pause with no note: changed %v, since %v (%v); want unchanged, since %v", changed, again, err, since)
+	}
+	p, err := s.Pauses(ctx, []string{"p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p["p"]; got.Note != "migration" || got.By != "a@host" {
+		t.Errorf("the pause after a second one with no note: %q by %q; want the first's note and asker kept", got.Note, got.By)
+	}
+	if _, _, err := s.Pause(ctx, "p", "longer", "b@host"); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s.Pauses(ctx, []string{"p"}); p["p"].Note != "longer" || p["p"].By != "b@host" {
+		t.Errorf("a pause with a note, on a standing one: %q by %q; want its note and asker", p["p"].Note, p["p"].By)
+	}
+}

@@ -14,7 +14,7 @@
 -- Returns, for resume, 1 when the job was paused and runs again, else 0;
 -- for pause, {changed, since}: changed is 1 when the job was running and is
 -- paused, 0 when a pause stood (it gets the new note and who asked, and
--- keeps its time); since is when the pause that now stands began, ms on
+-- keeps its time; a pause with no note leaves it as it is); since is when the pause that now stands began, ms on
 -- Redis's clock. A pause sent again after its reply was lost finds its own
 -- pause standing, with the same since: the caller's alert for it, named by
 -- since, is then the same alert.
@@ -32,6 +32,12 @@ local since = redis.call('HMGET', KEYS[1], 'paused_by', 'paused_at')
 local changed = 1
 if since[1] then
   changed, at = 0, tonumber(since[2]) or at
+  if ARGV[2] == '' then
+    -- No note: the standing pause stays as it is (its note, who asked),
+    -- as worker pause and the HTTP pause promise, also when another pause
+    -- landed between their read of it and this.
+    return {changed, at}
+  end
 end
 redis.call('HSET', KEYS[1], 'paused_by', ARGV[3], 'paused_note', ARGV[2], 'paused_at', at)
 redis.call('HSET', KEYS[2], 'note', ARGV[2], 'by', ARGV[3], 'at', at)
