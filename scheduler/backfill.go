@@ -230,13 +230,13 @@ func (s *Scheduler) oneShot(ctx context.Context, what string, j *jobState, n, pa
 			case res == slot.OutcomeWon:
 				inflight++
 				next++
-			case res == slot.OutcomePaused && next+1 < n:
-				// Paused meanwhile: each claim from now on would record its
-				// slot paused, which no backfill runs again. Claim no more
-				// (a trigger, or the last slot, has none left anyway); the
-				// runs under way end as usual.
-				stopped = fmt.Errorf("the job was paused during the backfill: its slot %s is recorded paused, and the later ones are not reached; "+
-					"resume the job and backfill again", c.Slot.UTC().Format(time.RFC3339))
+			case res == slot.OutcomePaused && c.Kind != slot.ClaimManual:
+				// Paused meanwhile: its slot is recorded paused, which no
+				// backfill runs again, and so would each one claimed from
+				// now on. Claim no more, and say so; the runs under way end
+				// as usual. (A trigger's one manual slot answers paused.)
+				stopped = fmt.Errorf("the job was paused during the backfill: its slot %s is recorded paused, and the later ones, if any, are not reached; "+
+					"resume the job and backfill again (the paused slot stays paused)", c.Slot.UTC().Format(time.RFC3339))
 				next++
 				n = next
 			case wait > 0: // busy: a run holds the job

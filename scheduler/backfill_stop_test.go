@@ -94,11 +94,14 @@ func TestAPauseStopsABackfill(t *testing.T) {
 		}}
 		first := time.Now().Add(-5 * time.Second).Truncate(time.Second)
 		slots := []time.Time{first, first.Add(time.Second), first.Add(2 * time.Second)}
-		s, err := scheduler.New(h.store, registry(t, fns), scheduler.WithJobs(table...), scheduler.WithReplicaID("cli"))
-		if err != nil {
-			t.Fatal(err)
+		fresh := func() *scheduler.Scheduler { // a Scheduler backfills once
+			s, err := scheduler.New(h.store, registry(t, fns), scheduler.WithJobs(table...), scheduler.WithReplicaID("cli"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
 		}
-		out, err := s.Backfill(context.Background(), "report", slots, 1)
+		out, err := fresh().Backfill(context.Background(), "report", slots, 1)
 		if err == nil || !strings.Contains(err.Error(), "paused") {
 			t.Errorf("Backfill's error: %v, want one that says the job was paused", err)
 		}
@@ -107,6 +110,23 @@ func TestAPauseStopsABackfill(t *testing.T) {
 		}
 		if r, ok := h.record("report", slots[2].Unix()); ok {
 			t.Errorf("the slot after the pause: recorded %s %q; want no record, for a backfill after the resume", r.State, r.Error)
+		}
+		// Paused on its last slot: no slot is left unreached, but that one
+		// is recorded paused for good, and the backfill must say so too.
+		if _, err := h.store.Resume(context.Background(), "report"); err != nil {
+			t.Fatal(err)
+		}
+		out, err = fresh().Backfill(context.Background(), "report", []time.Time{slots[2]}, 1)
+		if err != nil || len(out) != 1 || out[0].Outcome != slot.OutcomeWon {
+			t.Fatalf("the backfill after the resume: %+v, %v; want its slot run", out, err)
+		}
+		last := []time.Time{first.Add(3 * time.Second), first.Add(4 * time.Second)}
+		if _, err := h.store.Resume(context.Background(), "report"); err != nil {
+			t.Fatal(err)
+		}
+		out, err = fresh().Backfill(context.Background(), "report", last, 1)
+		if err == nil || len(out) != 2 || out[1].Outcome != slot.OutcomePaused {
+			t.Errorf("a backfill paused at its last slot: %+v, %v; want that slot recorded paused, and an error", out, err)
 		}
 	})
 }

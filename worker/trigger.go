@@ -57,6 +57,8 @@ func triggerCmd(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg
 	defer cancel()
 	rec, ok, rerr := store.ManualRecord(rctx, job, m.ID)
 	switch {
+	case res.Outcome == slot.OutcomeWon && res.State == "": // stopped (Ctrl-C) before its run ended
+		fmt.Fprintf(out, "ran here as %s: still running when the trigger stopped; its record says how it ended\n", s.ReplicaID())
 	case res.Outcome == slot.OutcomeWon:
 		fmt.Fprintf(out, "ran here as %s: %s\n", s.ReplicaID(), res.State)
 	case res.Outcome == slot.OutcomeLost:
