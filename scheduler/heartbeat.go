@@ -127,6 +127,12 @@ func (s *Scheduler) Replicas() (slot.Registry, []Disagreement) {
 	return s.peers.reg, slices.Clone(s.peers.disagreements)
 }
 
+// JobSettings is j's settings in the canonical line each replica publishes
+// for it in the registry (slot.Replica.Jobs), j with its defaults set
+// (Job.WithDefaults): a command that runs slots outside the table (a
+// backfill) compares it with the live replicas'.
+func JobSettings(j Job) string { return settings(j) }
+
 // settings is a job's settings in one canonical line: replicas agree on a
 // job when their lines are equal.
 func settings(j Job) string {

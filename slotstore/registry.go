@@ -195,6 +195,35 @@ func (s *Store) syncLists(ctx context.Context, id, table, list string, pruned []
 	return nil
 }
 
+// JobLists fills in the Jobs of each of reps (a Registry's replicas) whose
+// job list Redis holds for its table: a replica of a large table, or of a
+// version before the lists, keeps none (nil), and only its table hash is
+// known.
+func (s *Store) JobLists(ctx context.Context, reps []slot.Replica) error {
+	if len(reps) == 0 {
+		return nil
+	}
+	ids := make([]string, len(reps))
+	for i, r := range reps {
+		ids[i] = r.ID
+	}
+	pipe := s.rdb.Pipeline()
+	lists := pipe.HMGet(ctx, s.listsKey(), ids...)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("slotstore: reading the replicas' job lists: %w", err)
+	}
+	for i := range reps {
+		v, _ := lists.Val()[i].(string)
+		hash, jobs, _ := strings.Cut(v, " ")
+		var m map[string]string
+		if hash != reps[i].Table || json.Unmarshal([]byte(jobs), &m) != nil {
+			continue // another table's list (its predecessor's), or none
+		}
+		reps[i].Jobs = m
+	}
+	return nil
+}
+
 // GoneKept is how long the registry keeps the entry of a replica that
 // stopped heartbeating mid catch-up (its catch-up range, for a peer or its
 // successor to record what it had not reached), where an entry with none

@@ -106,6 +106,32 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 		return 1
 	} else if len(reg.Replicas) == 0 && !a.dryRun {
 		return fail("no replica is live: start the workers first (they record the slots they missed as their catch-up policy says), then backfill what is left")
+	} else {
+		// Mid-deploy, this config may not be the one the replicas run: a
+		// backfill with another schedule would run slots the deployment
+		// never scheduled (another overlap, lease or retention, judge them
+		// otherwise). A replica whose table is too large to list its jobs,
+		// or of a version before the list, is not judged.
+		table := map[string]string{}
+		for _, c := range cfg.Jobs {
+			table[c.Name] = scheduler.JobSettings(c.schedulerJob().WithDefaults(cfg.Lease.TTL))
+		}
+		mine, hash := table[job], slot.TableHash(table)
+		if err := store.JobLists(ctx, reg.Replicas); err != nil {
+			fmt.Fprintf(stderr, "worker backfill: %v\n", err)
+			return 1
+		}
+		for _, rep := range reg.Replicas { // (sorted by ID)
+			if rep.Table == hash || rep.Jobs == nil {
+				continue // the same table; or one whose jobs are not known
+			}
+			if theirs, ok := rep.Jobs[job]; !ok {
+				return fail("replica %s does not run %s: backfill with the config the replicas run (mid-deploy, once every replica runs this one)", rep.ID, job)
+			} else if theirs != mine {
+				return fail("replica %s runs %s with other settings than this config: it has %s; this config has %s. Backfill with the config the replicas run "+
+					"(mid-deploy, once every replica runs this one)", rep.ID, job, theirs, mine)
+			}
+		}
 	}
 	// The slots that never started: those with no record, and those
 	// recorded missed (only where no claim had won the slot: after an

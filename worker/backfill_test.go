@@ -334,3 +334,41 @@ func TestBackfillWhoseRunsFailExitsNonZero(t *testing.T) {
 		t.Errorf("backfill exited 0 although every slot it ran failed")
 	}
 }
+
+// TestBackfillRefusesATableTheReplicasDoNotRun: mid-deploy, the operator's
+// config gives the job another schedule than the live replicas run. A
+// backfill with it would run slots the deployment never scheduled (or
+// judge them by another overlap, lease or retention); it is refused,
+// naming the replica and both settings. Before, it read the registry only
+// for how many replicas were live. Found by review.
+func TestBackfillRefusesATableTheReplicasDoNotRun(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	conf := func(schedule string) string {
+		return writeConfig(t, fmt.Sprintf(`redis:
+  addrs: [%q]
+  key_prefix: bfd
+http:
+  listen: ""
+shutdown_grace: 1s
+jobs:
+  - name: tick
+    schedule: %q
+    catchup: none
+`, srv.Addr(), schedule))
+	}
+	ran := func(reg *jobs.Registry, env Env) error {
+		return reg.Register("tick", func(ctx context.Context, run jobs.Run) error { return nil })
+	}
+	startWorkers(t, conf("0 * * * * *"), ran, "w0")
+	from := time.Now().Add(-time.Hour).Truncate(time.Hour)
+	var out, errb bytes.Buffer
+	code := Command(context.Background(), []string{"backfill", "tick", "-config", conf("30 * * * * *"),
+		"-from", from.UTC().Format(time.RFC3339), "-to", from.Add(10 * time.Minute).UTC().Format(time.RFC3339)}, ran, &out, &errb)
+	if code == 0 || !strings.Contains(errb.String(), "w0") || !strings.Contains(errb.String(), `schedule="30 * * * * *"`) ||
+		!strings.Contains(errb.String(), `schedule="0 * * * * *"`) {
+		t.Fatalf("backfill with another schedule than the live replica's: exit %d, stdout:\n%s\nstderr:\n%s\nwant refused, naming w0 and both settings", code, out.String(), errb.String())
+	}
+	if strings.Contains(out.String(), "ran:") {
+		t.Errorf("a slot ran:\n%s", out.String())
+	}
+}
