@@ -106,32 +106,14 @@ func backfill(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *
 		return 1
 	} else if len(reg.Replicas) == 0 && !a.dryRun {
 		return fail("no replica is live: start the workers first (they record the slots they missed as their catch-up policy says), then backfill what is left")
-	} else {
-		// Mid-deploy, this config may not be the one the replicas run: a
-		// backfill with another schedule would run slots the deployment
+	} else if why, err := otherSettings(ctx, cfg, store, reg.Replicas, job); err != nil {
+		fmt.Fprintf(stderr, "worker backfill: %v\n", err)
+		return 1
+	} else if why != "" {
+		// A backfill with another schedule would run slots the deployment
 		// never scheduled (another overlap, lease or retention, judge them
-		// otherwise). A replica whose table is too large to list its jobs,
-		// or of a version before the list, is not judged.
-		table := map[string]string{}
-		for _, c := range cfg.Jobs {
-			table[c.Name] = scheduler.JobSettings(c.schedulerJob().WithDefaults(cfg.Lease.TTL))
-		}
-		mine, hash := table[job], slot.TableHash(table)
-		if err := store.JobLists(ctx, reg.Replicas); err != nil {
-			fmt.Fprintf(stderr, "worker backfill: %v\n", err)
-			return 1
-		}
-		for _, rep := range reg.Replicas { // (sorted by ID)
-			if rep.Table == hash || rep.Jobs == nil {
-				continue // the same table; or one whose jobs are not known
-			}
-			if theirs, ok := rep.Jobs[job]; !ok {
-				return fail("replica %s does not run %s: backfill with the config the replicas run (mid-deploy, once every replica runs this one)", rep.ID, job)
-			} else if theirs != mine {
-				return fail("replica %s runs %s with other settings than this config: it has %s; this config has %s. Backfill with the config the replicas run "+
-					"(mid-deploy, once every replica runs this one)", rep.ID, job, theirs, mine)
-			}
-		}
+		// otherwise).
+		return fail("%s: backfill with the config the replicas run (mid-deploy, once every replica runs this one)", why)
 	}
 	// The slots that never started: those with no record, and those
 	// recorded missed (only where no claim had won the slot: after an
@@ -248,4 +230,32 @@ func oneShot(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg *j
 		return nil, nil, err
 	}
 	return s, done, nil
+}
+
+// otherSettings says how a live replica among reps runs job otherwise than
+// cfg would (mid-deploy, the config of a one-shot command may not be the
+// one the replicas run): "replica r1 runs job with other settings ...", or
+// "" when none does. A replica of the same table agrees; one whose table is
+// too large to list its jobs, or of a version before the lists, is not
+// judged.
+func otherSettings(ctx context.Context, cfg *Config, store *slotstore.Store, reps []slot.Replica, job string) (string, error) {
+	table := map[string]string{}
+	for _, c := range cfg.Jobs {
+		table[c.Name] = scheduler.JobSettings(c.schedulerJob().WithDefaults(cfg.Lease.TTL))
+	}
+	mine, hash := table[job], slot.TableHash(table)
+	if err := store.JobLists(ctx, reps); err != nil {
+		return "", err
+	}
+	for _, rep := range reps {
+		if rep.Table == hash || rep.Jobs == nil {
+			continue
+		}
+		if theirs, ok := rep.Jobs[job]; !ok {
+			return fmt.Sprintf("replica %s does not run %s", rep.ID, job), nil
+		} else if theirs != mine {
+			return fmt.Sprintf("replica %s runs %s with other settings than this config: it has %s; this config has %s", rep.ID, job, theirs, mine), nil
+		}
+	}
+	return "", nil
 }

@@ -372,3 +372,34 @@ jobs:
 		t.Errorf("a slot ran:\n%s", out.String())
 	}
 }
+
+// TestTriggerRefusesSettingsTheReplicasDoNotRun: as a backfill, a trigger
+// with a config whose settings for the job differ from a live replica's
+// (here its overlap: allow would run the job beside the replicas' runs) is
+// refused, naming the replica and both settings.
+func TestTriggerRefusesSettingsTheReplicasDoNotRun(t *testing.T) {
+	srv := redistest.StartOwned(t)
+	conf := func(overlap string) string {
+		return writeConfig(t, fmt.Sprintf(`redis:
+  addrs: [%q]
+  key_prefix: trd
+http:
+  listen: ""
+shutdown_grace: 1s
+jobs:
+  - name: tick
+    schedule: "@every 1m"
+    overlap: %s
+`, srv.Addr(), overlap))
+	}
+	ran := func(reg *jobs.Registry, env Env) error {
+		return reg.Register("tick", func(ctx context.Context, run jobs.Run) error { return nil })
+	}
+	startWorkers(t, conf("skip"), ran, "w0")
+	var out, errb bytes.Buffer
+	code := Command(context.Background(), []string{"trigger", "tick", "-config", conf("allow")}, ran, &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), "replica w0 runs tick with other settings") ||
+		!strings.Contains(errb.String(), "overlap=allow") || strings.Contains(out.String(), "ran here") {
+		t.Fatalf("trigger with another overlap than the live replica's: exit %d, stdout:\n%s\nstderr:\n%s\nwant 2, refused, naming w0 and both settings", code, out.String(), errb.String())
+	}
+}

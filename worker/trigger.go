@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotcron/slotcron/jobs"
+	"github.com/slotcron/slotcron/scheduler"
 	"github.com/slotcron/slotcron/slot"
 	"github.com/slotcron/slotcron/slotstore"
 )
@@ -35,6 +36,21 @@ func triggerCmd(ctx context.Context, cfg *Config, rdb redis.UniversalClient, reg
 	}
 	if !reachable(ctx, cfg, rdb, "trigger", stderr) {
 		return 1
+	}
+	// Its overlap, lease and retention must be the deployment's: another
+	// overlap could run the job beside a replica's run.
+	if store, err := slotstore.New(rdb, cfg.Redis.KeyPrefix); err != nil {
+		fmt.Fprintf(stderr, "worker trigger: %v\n", err)
+		return 1
+	} else if reg, err := store.Registry(ctx, 3*scheduler.DefaultHeartbeatEvery); err != nil {
+		fmt.Fprintf(stderr, "worker trigger: %v\n", err)
+		return 1
+	} else if why, err := otherSettings(ctx, cfg, store, reg.Replicas, job); err != nil {
+		fmt.Fprintf(stderr, "worker trigger: %v\n", err)
+		return 1
+	} else if why != "" {
+		fmt.Fprintf(stderr, "worker trigger: %s: trigger it with the config the replicas run (mid-deploy, once every replica runs this one)\n", why)
+		return 2
 	}
 	s, done, err := oneShot(ctx, cfg, rdb, reg, "trigger", stderr)
 	if err != nil {
