@@ -444,19 +444,7 @@ func TestAMissAfterALostReplyIsReported(t *testing.T) {
 		sleepUntil(paused.Add(6 * time.Second))
 		h.resumeRedis()
 		sleepUntil(paused.Add(9 * time.Second))
-		rec, ok := h.record("j", paused.Unix())
-		if !ok || rec.State != slot.StateMissed {
-			t.Fatalf("the slot of the pause: %s %q (found %v), want missed", rec.State, rec.Error, ok)
-		}
-		var missed []scheduler.Event
-		for _, e := range events.of(t, scheduler.EventMissed) {
-			if e.Slot.Equal(paused) {
-				missed = append(missed, e)
-			}
-		}
-		if len(missed) != 1 {
-			t.Errorf("the slot is recorded missed (%q): %d missed events for it, want 1", rec.Error, len(missed))
-		}
+		missedOnce(t, h, events, "j", paused)
 	})
 }
 
@@ -480,18 +468,25 @@ func TestARefusedSlotsMissAfterALostReplyIsReported(t *testing.T) {
 		sleepUntil(paused.Add(8 * time.Second)) // past its 5s timeout: its reply is lost
 		h.resumeRedis()
 		sleepUntil(paused.Add(15 * time.Second))
-		rec, ok := h.record("j", paused.Unix())
-		if !ok || rec.State != slot.StateMissed {
-			t.Fatalf("the slot of the pause: %s %q (found %v), want missed", rec.State, rec.Error, ok)
-		}
-		var missed []scheduler.Event
-		for _, e := range events.of(t, scheduler.EventMissed) {
-			if e.Slot.Equal(paused) {
-				missed = append(missed, e)
-			}
-		}
-		if len(missed) != 1 {
-			t.Errorf("the slot is recorded missed (%q): %d missed events for it, want 1", rec.Error, len(missed))
-		}
+		missedOnce(t, h, events, "j", paused)
 	})
+}
+
+// missedOnce checks that the slot of job at at is recorded missed, and that
+// one missed event was sent for it.
+func missedOnce(t *testing.T, h *harness, events *eventLog, job string, at time.Time) {
+	t.Helper()
+	rec, ok := h.record(job, at.Unix())
+	if !ok || rec.State != slot.StateMissed {
+		t.Fatalf("the slot of the pause: %s %q (found %v), want missed", rec.State, rec.Error, ok)
+	}
+	var missed []scheduler.Event
+	for _, e := range events.of(t, scheduler.EventMissed) {
+		if e.Slot.Equal(at) {
+			missed = append(missed, e)
+		}
+	}
+	if len(missed) != 1 {
+		t.Errorf("the slot is recorded missed (%q): %d missed events for it, want 1", rec.Error, len(missed))
+	}
 }

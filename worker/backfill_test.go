@@ -336,70 +336,59 @@ func TestBackfillWhoseRunsFailExitsNonZero(t *testing.T) {
 }
 
 // TestBackfillRefusesATableTheReplicasDoNotRun: mid-deploy, the operator's
-// config gives the job another schedule than the live replicas run. A
-// backfill with it would run slots the deployment never scheduled (or
-// judge them by another overlap, lease or retention); it is refused,
-// naming the replica and both settings. Before, it read the registry only
-// for how many replicas were live. Found by review.
+// config gives the job other settings than the live replicas run. A
+// backfill with another schedule would run slots the deployment never
+// scheduled (or judge them by another overlap, lease or retention), a
+// trigger with another overlap could run the job beside the replicas'
+// runs: each is refused, naming the replica and both settings. Before,
+// they read the registry only for how many replicas were live, or not at
+// all. Found by review.
 func TestBackfillRefusesATableTheReplicasDoNotRun(t *testing.T) {
 	srv := redistest.StartOwned(t)
-	conf := func(schedule string) string {
+	// conf is a config of one job, tick, with setting (a YAML line of the
+	// job), under prefix.
+	conf := func(prefix, setting string) string {
 		return writeConfig(t, fmt.Sprintf(`redis:
   addrs: [%q]
-  key_prefix: bfd
+  key_prefix: %s
 http:
   listen: ""
 shutdown_grace: 1s
 jobs:
   - name: tick
-    schedule: %q
     catchup: none
-`, srv.Addr(), schedule))
+    %s
+`, srv.Addr(), prefix, setting))
 	}
 	ran := func(reg *jobs.Registry, env Env) error {
 		return reg.Register("tick", func(ctx context.Context, run jobs.Run) error { return nil })
 	}
-	startWorkers(t, conf("0 * * * * *"), ran, "w0")
 	from := time.Now().Add(-time.Hour).Truncate(time.Hour)
-	var out, errb bytes.Buffer
-	code := Command(context.Background(), []string{"backfill", "tick", "-config", conf("30 * * * * *"),
-		"-from", from.UTC().Format(time.RFC3339), "-to", from.Add(10 * time.Minute).UTC().Format(time.RFC3339)}, ran, &out, &errb)
-	if code == 0 || !strings.Contains(errb.String(), "w0") || !strings.Contains(errb.String(), `schedule="30 * * * * *"`) ||
-		!strings.Contains(errb.String(), `schedule="0 * * * * *"`) {
-		t.Fatalf("backfill with another schedule than the live replica's: exit %d, stdout:\n%s\nstderr:\n%s\nwant refused, naming w0 and both settings", code, out.String(), errb.String())
-	}
-	if strings.Contains(out.String(), "ran:") {
-		t.Errorf("a slot ran:\n%s", out.String())
-	}
-}
-
-// TestTriggerRefusesSettingsTheReplicasDoNotRun: as a backfill, a trigger
-// with a config whose settings for the job differ from a live replica's
-// (here its overlap: allow would run the job beside the replicas' runs) is
-// refused, naming the replica and both settings.
-func TestTriggerRefusesSettingsTheReplicasDoNotRun(t *testing.T) {
-	srv := redistest.StartOwned(t)
-	conf := func(overlap string) string {
-		return writeConfig(t, fmt.Sprintf(`redis:
-  addrs: [%q]
-  key_prefix: trd
-http:
-  listen: ""
-shutdown_grace: 1s
-jobs:
-  - name: tick
-    schedule: "@every 1m"
-    overlap: %s
-`, srv.Addr(), overlap))
-	}
-	ran := func(reg *jobs.Registry, env Env) error {
-		return reg.Register("tick", func(ctx context.Context, run jobs.Run) error { return nil })
-	}
-	startWorkers(t, conf("skip"), ran, "w0")
-	var out, errb bytes.Buffer
-	code := Command(context.Background(), []string{"trigger", "tick", "-config", conf("allow")}, ran, &out, &errb)
-	if code != 2 || !strings.Contains(errb.String(), "replica w0 runs tick with other settings") ||
-		!strings.Contains(errb.String(), "overlap=allow") || strings.Contains(out.String(), "ran here") {
-		t.Fatalf("trigger with another overlap than the live replica's: exit %d, stdout:\n%s\nstderr:\n%s\nwant 2, refused, naming w0 and both settings", code, out.String(), errb.String())
+	for _, tc := range []struct {
+		command, prefix, theirs, mine string
+		args                          []string
+		wantCode                      int // 0: any but 0
+		wantTheirs, wantMine          string
+	}{
+		{"backfill", "bfd", `schedule: "0 * * * * *"`, `schedule: "30 * * * * *"`,
+			[]string{"-from", from.UTC().Format(time.RFC3339), "-to", from.Add(10 * time.Minute).UTC().Format(time.RFC3339)},
+			0, `schedule="0 * * * * *"`, `schedule="30 * * * * *"`},
+		{"trigger", "trd", "schedule: \"@every 1m\"\n    overlap: skip", "schedule: \"@every 1m\"\n    overlap: allow", nil,
+			2, "overlap=skip", "overlap=allow"},
+	} {
+		t.Run(tc.command, func(t *testing.T) {
+			startWorkers(t, conf(tc.prefix, tc.theirs), ran, "w0")
+			var out, errb bytes.Buffer
+			args := append([]string{tc.command, "tick", "-config", conf(tc.prefix, tc.mine)}, tc.args...)
+			code := Command(context.Background(), args, ran, &out, &errb)
+			if code == 0 || (tc.wantCode != 0 && code != tc.wantCode) || !strings.Contains(errb.String(), "replica w0 runs tick with other settings") ||
+				!strings.Contains(errb.String(), tc.wantTheirs) || !strings.Contains(errb.String(), tc.wantMine) {
+				t.Fatalf("%s with other settings than the live replica's: exit %d, stdout:\n%s\nstderr:\n%s\nwant refused, naming w0 and both settings",
+					tc.command, code, out.String(), errb.String())
+			}
+			if strings.Contains(out.String(), "ran") {
+				t.Errorf("a slot ran:\n%s", out.String())
+			}
+		})
 	}
 }
