@@ -184,15 +184,22 @@ func (s *Store) syncLists(ctx context.Context, id, table, list string, pruned []
 	}
 	s.listedMu.Unlock()
 	for k, r := range need {
-		v, _ := lists.Val()[k].(string)
-		hash, jobs, _ := strings.Cut(v, " ")
-		var m map[string]string
-		if hash != r.Table || json.Unmarshal([]byte(jobs), &m) != nil {
-			continue // another table's list (its predecessor's), or none
-		}
-		r.Jobs = m
+		r.Jobs = jobList(lists.Val()[k], r.Table)
 	}
 	return nil
+}
+
+// jobList reads a replica's job list as the lists hash holds it (v, from
+// HMGET: "<table hash> <json>", or nil): nil when it is another table's (its
+// predecessor's) or none.
+func jobList(v any, table string) map[string]string {
+	s, _ := v.(string)
+	hash, jobs, _ := strings.Cut(s, " ")
+	var m map[string]string
+	if hash != table || json.Unmarshal([]byte(jobs), &m) != nil {
+		return nil
+	}
+	return m
 }
 
 // JobLists fills in the Jobs of each of reps (a Registry's replicas) whose
@@ -213,13 +220,7 @@ func (s *Store) JobLists(ctx context.Context, reps []slot.Replica) error {
 		return fmt.Errorf("slotstore: reading the replicas' job lists: %w", err)
 	}
 	for i := range reps {
-		v, _ := lists.Val()[i].(string)
-		hash, jobs, _ := strings.Cut(v, " ")
-		var m map[string]string
-		if hash != reps[i].Table || json.Unmarshal([]byte(jobs), &m) != nil {
-			continue // another table's list (its predecessor's), or none
-		}
-		reps[i].Jobs = m
+		reps[i].Jobs = jobList(lists.Val()[i], reps[i].Table)
 	}
 	return nil
 }

@@ -244,11 +244,17 @@ func otherSettings(ctx context.Context, cfg *Config, store *slotstore.Store, rep
 		table[c.Name] = scheduler.JobSettings(c.schedulerJob().WithDefaults(cfg.Lease.TTL))
 	}
 	mine, hash := table[job], slot.TableHash(table)
-	if err := store.JobLists(ctx, reps); err != nil {
+	var others []slot.Replica // those of another table: their lists are read (most often, none)
+	for _, rep := range reps {
+		if rep.Table != hash {
+			others = append(others, rep)
+		}
+	}
+	if err := store.JobLists(ctx, others); err != nil {
 		return "", err
 	}
-	for _, rep := range reps {
-		if rep.Table == hash || rep.Jobs == nil {
+	for _, rep := range others {
+		if rep.Jobs == nil {
 			continue
 		}
 		if theirs, ok := rep.Jobs[job]; !ok {
